@@ -1,0 +1,3 @@
+module github.com/cairnstore/cairn
+
+go 1.26.8

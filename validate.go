@@ -1,0 +1,415 @@
+package cairn
+
+import (
+	"encoding/json"
+	"math"
+	"strings"
+	"unicode/utf8"
+)
+
+// ValidateID returns ErrInvalidID unless s is a valid identifier: non-empty and
+// valid UTF-8. NUL, '/' and spaces are allowed; there is no length limit and no
+// normalisation. what names the identifier in the message.
+func ValidateID(s, what string) error {
+	if s == "" {
+		return NewError(CodeInvalidID, "%s must be a non-empty string", what)
+	}
+	if !utf8.ValidString(s) {
+		return NewError(CodeInvalidID, "%s must be well-formed Unicode", what)
+	}
+	return nil
+}
+
+// ValidatePath reports whether p is a normalized workspace-relative path, as
+// the store requires of entry paths: non-empty; no NUL and no backslash; no
+// leading '/'; no drive prefix followed by a separator or the end ("C:" and
+// "C:/x" are rejected, "C:foo" is accepted); and no empty, "." or ".."
+// segment. Paths are not checked for valid UTF-8.
+func ValidatePath(p string) bool {
+	if p == "" || strings.ContainsAny(p, "\x00\\") || p[0] == '/' {
+		return false
+	}
+	if len(p) >= 2 && isASCIILetter(p[0]) && p[1] == ':' && (len(p) == 2 || p[2] == '/') {
+		return false
+	}
+	for seg := range strings.SplitSeq(p, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return false
+		}
+	}
+	return true
+}
+
+func isASCIILetter(b byte) bool { return b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' }
+
+// Blob key prefixes of the two namespaces, and the length of a key's digest.
+const (
+	FileBlobPrefix     = "sandbox-files/sha256/"
+	ArtifactBlobPrefix = "sandbox-artifacts/sha256/"
+	blobDigestLen      = 64
+)
+
+// IsFileBlobKey reports whether k has the form sandbox-files/sha256/<64
+// lower-case hex digits>.
+func IsFileBlobKey(k string) bool { return hasHexDigest(k, FileBlobPrefix) }
+
+// IsArtifactBlobKey reports whether k has the form
+// sandbox-artifacts/sha256/<64 lower-case hex digits>.
+func IsArtifactBlobKey(k string) bool { return hasHexDigest(k, ArtifactBlobPrefix) }
+
+func hasHexDigest(k, prefix string) bool {
+	if len(k) != len(prefix)+blobDigestLen || !strings.HasPrefix(k, prefix) {
+		return false
+	}
+	for i := len(prefix); i < len(k); i++ {
+		c := k[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func isSafeSize(n int64) bool { return n >= 0 && n <= MaxSafeInteger }
+
+func isFinite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
+
+// ValidateCreatedAt returns ErrInvalidEntry unless f is finite. Negative,
+// zero and fractional values are valid.
+func ValidateCreatedAt(f float64, what string) error {
+	if !isFinite(f) {
+		return NewError(CodeInvalidEntry, "%s must be a finite number", what)
+	}
+	return nil
+}
+
+// ValidateEntries checks a checkpoint's files in order and returns
+// ErrInvalidEntry for the first invalid entry: a path that is not normalized
+// (ValidatePath), a duplicate path, an entry beneath a file, a file that is an
+// ancestor of an earlier entry, a file without a valid blob key or size, a
+// directory with file fields, or an unknown kind. Together the two ancestor
+// rules mean that no entry may have a file as a proper ancestor, whatever the
+// order of the entries.
+func ValidateEntries(files []Entry) error {
+	seen := make(map[string]EntryKind, len(files))
+	// ancestors holds every proper ancestor of every path seen so far, so that
+	// "is this file an ancestor of an earlier entry" is one lookup.
+	ancestors := make(map[string]struct{}, len(files))
+	for i := range files {
+		e := &files[i]
+		if e.decodeProblem != "" {
+			return NewError(CodeInvalidEntry, "%s", e.decodeProblem)
+		}
+		if !ValidatePath(e.Path) {
+			return NewError(CodeInvalidEntry, "entry path %q must be a normalized workspace-relative path", e.Path)
+		}
+		if _, dup := seen[e.Path]; dup {
+			return NewError(CodeInvalidEntry, "duplicate entry path %q", e.Path)
+		}
+		for j := strings.IndexByte(e.Path, '/'); j >= 0; j = nextSlash(e.Path, j) {
+			if seen[e.Path[:j]] == KindFile {
+				return NewError(CodeInvalidEntry, "entry %q is beneath file %q", e.Path, e.Path[:j])
+			}
+		}
+		if e.Kind == KindFile {
+			if _, ok := ancestors[e.Path]; ok {
+				return NewError(CodeInvalidEntry, "file %q is an ancestor of another entry", e.Path)
+			}
+		}
+		switch e.Kind {
+		case KindFile:
+			if !IsFileBlobKey(e.BlobKey) {
+				return NewError(CodeInvalidEntry, "file %q needs a blobKey of the form %s<64 hex digits>", e.Path, FileBlobPrefix)
+			}
+			if !isSafeSize(e.Size) {
+				return NewError(CodeInvalidEntry, "file %q size must be a non-negative safe integer", e.Path)
+			}
+		case KindDir:
+			if e.fileFields || e.BlobKey != "" || e.Size != 0 {
+				return NewError(CodeInvalidEntry, "directory %q cannot have file fields", e.Path)
+			}
+		default:
+			return NewError(CodeInvalidEntry, "entry %q kind must be file or dir", e.Path)
+		}
+		seen[e.Path] = e.Kind
+		for j := strings.IndexByte(e.Path, '/'); j >= 0; j = nextSlash(e.Path, j) {
+			ancestors[e.Path[:j]] = struct{}{}
+		}
+	}
+	return nil
+}
+
+func nextSlash(s string, after int) int {
+	k := strings.IndexByte(s[after+1:], '/')
+	if k < 0 {
+		return -1
+	}
+	return after + 1 + k
+}
+
+// ValidateArtifacts returns ErrInvalidEntry for the first artifact with an
+// invalid field: an artifactId that is empty or not valid UTF-8, an empty name
+// or mimeType, a blob key not of the form sandbox-artifacts/sha256/<64 hex
+// digits>, a size that is not a non-negative safe integer, or a createdAt that
+// is not finite. Duplicate artifact ids and keys are allowed.
+func ValidateArtifacts(artifacts []Artifact) error {
+	for i := range artifacts {
+		a := &artifacts[i]
+		if a.decodeProblem != "" {
+			return NewError(CodeInvalidEntry, "%s", a.decodeProblem)
+		}
+		if a.ArtifactID == "" || !utf8.ValidString(a.ArtifactID) || a.Name == "" || a.MimeType == "" ||
+			!IsArtifactBlobKey(a.BlobKey) || !isSafeSize(a.Size) || !isFinite(a.CreatedAt) {
+			return NewError(CodeInvalidEntry, "artifact %q has invalid fields", a.ArtifactID)
+		}
+	}
+	return nil
+}
+
+// ValidateConversation returns ErrInvalidEntry when conv is non-nil and not
+// valid JSON. The conversation is otherwise opaque.
+func ValidateConversation(conv json.RawMessage) error {
+	if conv != nil && !json.Valid(conv) {
+		return NewError(CodeInvalidEntry, "checkpoint conversation must be valid JSON")
+	}
+	return nil
+}
+
+// CheckAppendInput runs, in the contract's order, every check of Append that
+// needs no store state: the identifiers of the checkpoint, the writer, the
+// expected head and the parent (ErrInvalidID); the writer's thread
+// (ErrWriterLost); then createdAt, files, artifacts and conversation
+// (ErrInvalidEntry). A store calls it first, then checks the live state with
+// AppendView.Check atomically with its write.
+func CheckAppendInput(in *AppendInput) error {
+	c := &in.Checkpoint
+	if err := ValidateID(c.ThreadID, "checkpoint thread id"); err != nil {
+		return err
+	}
+	if err := ValidateID(in.Writer.ThreadID, "writer thread id"); err != nil {
+		return err
+	}
+	if err := ValidateID(c.ID, "checkpoint id"); err != nil {
+		return err
+	}
+	if in.ExpectedHeadID != "" {
+		if err := ValidateID(in.ExpectedHeadID, "expected head id"); err != nil {
+			return err
+		}
+	}
+	if c.ParentCheckpointID != "" {
+		if err := ValidateID(c.ParentCheckpointID, "parent checkpoint id"); err != nil {
+			return err
+		}
+	}
+	if in.Writer.ThreadID != c.ThreadID {
+		return NewError(CodeWriterLost, "writer thread %q does not match checkpoint thread %q", in.Writer.ThreadID, c.ThreadID)
+	}
+	return CheckCheckpointContent(c)
+}
+
+// CheckCheckpointContent checks createdAt, files, artifacts and conversation,
+// in that order, and returns ErrInvalidEntry for the first that is invalid.
+func CheckCheckpointContent(c *Checkpoint) error {
+	if err := ValidateCreatedAt(c.CreatedAt, "checkpoint createdAt"); err != nil {
+		return err
+	}
+	if err := ValidateEntries(c.Files); err != nil {
+		return err
+	}
+	if err := ValidateArtifacts(c.Artifacts); err != nil {
+		return err
+	}
+	return ValidateConversation(c.Conversation)
+}
+
+// WriterRecord is a thread's current writer lease as a store keeps it.
+type WriterRecord struct {
+	OwnerToken string
+	Fence      int64
+	ExpiresAt  float64
+}
+
+// Current reports whether rec is the lease w names and is unexpired at now. A
+// lease is expired when ExpiresAt <= now. A nil rec is no lease.
+func (rec *WriterRecord) Current(w Writer, now float64) bool {
+	return rec != nil && rec.OwnerToken == w.OwnerToken && rec.Fence == w.Fence && rec.ExpiresAt > now
+}
+
+// Live reports whether rec is an unexpired lease at now, whoever holds it.
+func (rec *WriterRecord) Live(now float64) bool {
+	return rec != nil && rec.ExpiresAt > now
+}
+
+func writerLost(threadID string) error {
+	return NewError(CodeWriterLost, "writer lease for thread %q is no longer current", threadID)
+}
+
+// AppendView is the live state an Append depends on, observed atomically.
+type AppendView struct {
+	Writer  *WriterRecord // the thread's writer lease; nil when there is none
+	IDTaken bool          // the checkpoint id exists, in any thread
+	Head    string        // the thread's head; "" when the thread is empty
+}
+
+// Check runs the live checks of Append in the contract's order: the writer
+// lease (ErrWriterLost), the id (ErrDuplicateID), the head (ErrStaleHead) and
+// the parent (ErrParentMismatch). in must have passed CheckAppendInput.
+func (v AppendView) Check(in *AppendInput, now float64) error {
+	c := &in.Checkpoint
+	if !v.Writer.Current(in.Writer, now) {
+		return writerLost(c.ThreadID)
+	}
+	if v.IDTaken {
+		return NewError(CodeDuplicateID, "checkpoint %q already exists", c.ID)
+	}
+	if v.Head != in.ExpectedHeadID {
+		return NewError(CodeStaleHead, "expected head %q, but thread %q is at %q", in.ExpectedHeadID, c.ThreadID, v.Head)
+	}
+	if c.ParentCheckpointID != in.ExpectedHeadID {
+		return NewError(CodeParentMismatch, "checkpoint %q parent %q does not match expected head %q", c.ID, c.ParentCheckpointID, in.ExpectedHeadID)
+	}
+	return nil
+}
+
+// CheckDeleteHeadInput runs the checks of DeleteHead that need no store state,
+// in order: the thread id, the checkpoint id and the writer's thread id
+// (ErrInvalidID), then the writer's thread (ErrWriterLost).
+func CheckDeleteHeadInput(in *DeleteHeadInput) error {
+	if err := ValidateID(in.ThreadID, "thread id"); err != nil {
+		return err
+	}
+	if err := ValidateID(in.CheckpointID, "checkpoint id"); err != nil {
+		return err
+	}
+	if err := ValidateID(in.Writer.ThreadID, "writer thread id"); err != nil {
+		return err
+	}
+	if in.Writer.ThreadID != in.ThreadID {
+		return NewError(CodeWriterLost, "writer thread %q does not match thread %q", in.Writer.ThreadID, in.ThreadID)
+	}
+	return nil
+}
+
+// DeleteHeadView is the live state a DeleteHead depends on.
+type DeleteHeadView struct {
+	Writer     *WriterRecord
+	Head       string // the thread's head; "" when the thread is empty
+	HeadExists bool   // the head's checkpoint record exists
+}
+
+// Check runs the live checks of DeleteHead in order: the writer lease
+// (ErrWriterLost), then that the checkpoint is the head and exists
+// (ErrNotHead).
+func (v DeleteHeadView) Check(in *DeleteHeadInput, now float64) error {
+	if !v.Writer.Current(in.Writer, now) {
+		return writerLost(in.ThreadID)
+	}
+	if v.Head != in.CheckpointID {
+		return NewError(CodeNotHead, "checkpoint %q is not the head of thread %q", in.CheckpointID, in.ThreadID)
+	}
+	if !v.HeadExists {
+		return NewError(CodeNotHead, "checkpoint %q does not exist", in.CheckpointID)
+	}
+	return nil
+}
+
+// CheckDeleteCheckpointsInput runs the checks of DeleteCheckpoints that need no
+// store state, in order: the thread id and the writer's thread id
+// (ErrInvalidID), the writer's thread (ErrWriterLost), then keep, which must
+// be a safe integer of 1 or more (ErrInvalidEntry).
+func CheckDeleteCheckpointsInput(in *DeleteCheckpointsInput) error {
+	if err := ValidateID(in.ThreadID, "thread id"); err != nil {
+		return err
+	}
+	if err := ValidateID(in.Writer.ThreadID, "writer thread id"); err != nil {
+		return err
+	}
+	if in.Writer.ThreadID != in.ThreadID {
+		return NewError(CodeWriterLost, "writer thread %q does not match thread %q", in.Writer.ThreadID, in.ThreadID)
+	}
+	k := in.Keep
+	if !isFinite(k) || k != math.Trunc(k) || k < 1 || k > MaxSafeInteger {
+		return NewError(CodeInvalidEntry, "keep must be a safe integer of 1 or more, not %v", k)
+	}
+	return nil
+}
+
+// CheckForkInput runs the checks of ForkFromCheckpoint that need no store
+// state, in order: the four identifiers and the writer's thread id
+// (ErrInvalidID), createdAt (ErrInvalidEntry), then equal source and
+// destination threads (ErrForkSourceThreadMismatch).
+func CheckForkInput(in *ForkInput) error {
+	for _, f := range []struct{ v, what string }{
+		{in.SourceThreadID, "source thread id"},
+		{in.SourceCheckpointID, "source checkpoint id"},
+		{in.DestinationThreadID, "destination thread id"},
+		{in.DestinationCheckpointID, "destination checkpoint id"},
+		{in.Writer.ThreadID, "writer thread id"},
+	} {
+		if err := ValidateID(f.v, f.what); err != nil {
+			return err
+		}
+	}
+	if err := ValidateCreatedAt(in.CreatedAt, "fork checkpoint createdAt"); err != nil {
+		return err
+	}
+	if in.SourceThreadID == in.DestinationThreadID {
+		return NewError(CodeForkSourceThreadMismatch, "cannot fork thread %q into itself", in.SourceThreadID)
+	}
+	return nil
+}
+
+// ForkView is the live state a fork depends on.
+type ForkView struct {
+	// SourceThread is the thread of the source checkpoint; "" when the source
+	// checkpoint does not exist.
+	SourceThread string
+	// Writer is the destination thread's writer lease; nil when there is none.
+	Writer *WriterRecord
+	// DestinationUsed reports persisted state of the destination: a transcript
+	// (even an empty one), a checkpoint or a head, or a checkpoint anywhere with
+	// the destination checkpoint id.
+	DestinationUsed bool
+}
+
+// Check runs the live checks of a fork in order: the source exists
+// (ErrForkSourceNotFound) and belongs to the source thread
+// (ErrForkSourceThreadMismatch), the writer names the destination thread and is
+// current (ErrWriterLost), and the destination is empty
+// (ErrForkDestinationNotEmpty).
+func (v ForkView) Check(in *ForkInput, now float64) error {
+	if v.SourceThread == "" {
+		return NewError(CodeForkSourceNotFound, "source checkpoint %q does not exist", in.SourceCheckpointID)
+	}
+	if v.SourceThread != in.SourceThreadID {
+		return NewError(CodeForkSourceThreadMismatch, "source checkpoint %q belongs to thread %q, not %q", in.SourceCheckpointID, v.SourceThread, in.SourceThreadID)
+	}
+	if in.Writer.ThreadID != in.DestinationThreadID {
+		return NewError(CodeWriterLost, "writer thread %q does not match destination thread %q", in.Writer.ThreadID, in.DestinationThreadID)
+	}
+	if !v.Writer.Current(in.Writer, now) {
+		return writerLost(in.DestinationThreadID)
+	}
+	if v.DestinationUsed {
+		return NewError(CodeForkDestinationNotEmpty, "destination thread %q or checkpoint id %q is already in use", in.DestinationThreadID, in.DestinationCheckpointID)
+	}
+	return nil
+}
+
+// ForkRoot returns the checkpoint a fork of source creates: a root on the
+// destination thread with reason "fork-root", the input's id and createdAt,
+// deep copies of the source's files, conversation and artifacts, and no label
+// or sourceRunId.
+func ForkRoot(source *Checkpoint, in *ForkInput) Checkpoint {
+	c := source.Clone()
+	return Checkpoint{
+		ID:           in.DestinationCheckpointID,
+		ThreadID:     in.DestinationThreadID,
+		CreatedAt:    in.CreatedAt,
+		Reason:       ReasonForkRoot,
+		Files:        c.Files,
+		Conversation: c.Conversation,
+		Artifacts:    c.Artifacts,
+	}
+}
