@@ -1,0 +1,364 @@
+package etcdstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/fence"
+	"github.com/cairnstore/cairn/keys"
+)
+
+// Append implements cairn.Store.
+//
+// After the checks that need no state, the common path is one transaction:
+//
+//	If   the writer lease is current (fence.Guard)
+//	     the id's index record is absent
+//	     the thread record is at the revision last seen (so its head is the expected head)
+//	Then put the thread record, the checkpoint record, its body, its index
+//	     record and its reference records
+//	Else get the writer record, the index record and the thread record
+//
+// When the transaction fails, the reads of its Else branch, taken at the same
+// revision as the failed comparisons, give the contract's error in order; only
+// an index record that names another thread needs one more read. A checkpoint
+// whose publish would exceed one request is staged first (see stage).
+func (s *Store) Append(ctx context.Context, in cairn.AppendInput) (cairn.AppendResult, error) {
+	in.Checkpoint = in.Checkpoint.Clone()
+	if err := cairn.CheckAppendInput(&in); err != nil {
+		return cairn.AppendResult{}, err
+	}
+	body, err := encodeCheckpoint(&in.Checkpoint)
+	if err != nil {
+		return cairn.AppendResult{}, err
+	}
+	w := &newCheckpoint{c: &in.Checkpoint, body: body}
+	w.refs, w.mask = refParts(&in.Checkpoint)
+	if err := w.checkSize(); err != nil {
+		return cairn.AppendResult{}, err
+	}
+	op := &appendOp{s: s, in: in, w: w, nonce: newNonce()}
+	if err := op.run(ctx); err != nil {
+		return cairn.AppendResult{}, err
+	}
+	return cairn.AppendResult{HeadID: in.Checkpoint.ID}, nil
+}
+
+// newCheckpoint is a checkpoint on its way into a thread, by append or fork.
+type newCheckpoint struct {
+	c    *cairn.Checkpoint
+	body []byte
+	refs map[byte][][]byte
+	mask uint32
+}
+
+func (w *newCheckpoint) refCount() int {
+	n := 0
+	for _, ps := range w.refs {
+		n += len(ps)
+	}
+	return n
+}
+
+func (w *newCheckpoint) refBytes() int {
+	n := 0
+	for _, ps := range w.refs {
+		for _, p := range ps {
+			n += len(p)
+		}
+	}
+	return n
+}
+
+// staged reports whether the publish would not fit in one request, so the
+// body and the reference records must be staged first.
+func (w *newCheckpoint) staged(extra int) bool {
+	return len(w.body)+w.refBytes()+extra > inlineBudget
+}
+
+// checkSize rejects a checkpoint the store cannot publish within its limits,
+// with cairn.ErrInvalidEntry and before any I/O.
+func (w *newCheckpoint) checkSize() error {
+	nChunks := (len(w.body) + ChunkSize - 1) / ChunkSize
+	if len(w.body) > MaxCheckpointBytes || publishFixedOps+nChunks+w.refCount() > MaxTxnOps-transcriptOps {
+		return cairn.NewError(cairn.CodeInvalidEntry, "checkpoint %q encodes to %d bytes with %d blob keys, more than this store accepts (%d bytes)",
+			w.c.ID, len(w.body), len(w.c.BlobKeys()), MaxCheckpointBytes)
+	}
+	return nil
+}
+
+// publishFixedOps counts the publish operations other than chunks and
+// reference records: the thread record, the checkpoint record and the index
+// record. transcriptOps reserves room for a fork's transcript.
+const (
+	publishFixedOps = 3
+	transcriptOps   = 8
+)
+
+// blobs returns the body chunks and reference records of w at a position.
+func (s *Store) blobs(w *newCheckpoint, thread string, seq uint64, n keys.Nonce) []blob {
+	out := chunks(w.body, func(i int) []byte { return s.layout.Chunk(thread, seq, n, i) })
+	for _, shard := range shardsOf(w.mask) {
+		for part, v := range w.refs[shard] {
+			out = append(out, blob{key: string(s.layout.Ref(shard, thread, seq, n, part)), value: v})
+		}
+	}
+	return out
+}
+
+// records returns the puts of the thread, checkpoint and index records that
+// publish w as the new head of its thread, on top of st.
+func (s *Store) records(w *newCheckpoint, st threadState, seq uint64, n keys.Nonce, nChunks int) []clientv3.Op {
+	c := w.c
+	rec := st.nextRecord(w, seq, n)
+	meta := ckptMeta{
+		Seq: seq, Nonce: n.String(), Shards: w.mask, Chunks: nChunks, Size: len(w.body),
+	}
+	if c.ParentCheckpointID != "" {
+		meta.ParentID, meta.ParentSeq, meta.ParentCreatedAt = c.ParentCheckpointID, st.rec.HeadSeq, st.rec.HeadCreatedAt
+	}
+	tv, _ := json.Marshal(rec)
+	mv, _ := json.Marshal(meta)
+	return []clientv3.Op{
+		clientv3.OpPut(string(s.layout.Thread(c.ThreadID)), string(tv)),
+		clientv3.OpPut(string(s.layout.Checkpoint(c.ThreadID, c.CreatedAt, c.ID)), string(mv)),
+		clientv3.OpPut(string(s.layout.Index(c.ID)), idxValue(idxRec{Thread: c.ThreadID, CreatedAt: c.CreatedAt, Seq: seq, Nonce: n.String()})),
+	}
+}
+
+func (st threadState) nextRecord(w *newCheckpoint, seq uint64, n keys.Nonce) threadRec {
+	rec := st.rec
+	rec.Head, rec.HeadSeq, rec.HeadCreatedAt, rec.LastSeq, rec.Op = w.c.ID, seq, w.c.CreatedAt, seq, n.String()
+	return rec
+}
+
+// threadCmp compares the thread record with a known state.
+func (s *Store) threadCmp(thread string, st threadState) clientv3.Cmp {
+	k := string(s.layout.Thread(thread))
+	if st.rev == 0 {
+		return clientv3.Compare(clientv3.CreateRevision(k), "=", 0)
+	}
+	return clientv3.Compare(clientv3.ModRevision(k), "=", st.rev)
+}
+
+// idxCmp compares the index record of id: absent, or (when a pruned
+// checkpoint left a stale one) unchanged since it was read.
+func (s *Store) idxCmp(id string, staleRev int64) clientv3.Cmp {
+	k := string(s.layout.Index(id))
+	if staleRev == 0 {
+		return clientv3.Compare(clientv3.CreateRevision(k), "=", 0)
+	}
+	return clientv3.Compare(clientv3.ModRevision(k), "=", staleRev)
+}
+
+type appendOp struct {
+	s     *Store
+	in    cairn.AppendInput
+	w     *newCheckpoint
+	nonce keys.Nonce
+
+	staging  *stager
+	stageSeq uint64
+}
+
+// idState is what an index record says about a checkpoint id.
+type idState struct {
+	taken    bool  // the id names a live checkpoint
+	staleRev int64 // mod revision of a stale index record, else 0
+	ours     bool  // the record was written by this operation
+}
+
+// idStateOf interprets the index record of an id. thread and st are a thread
+// and its record as of rev; when the record names another thread, that
+// thread's record is read at rev.
+func (s *Store) idStateOf(ctx context.Context, kv *mvccpb.KeyValue, nonce keys.Nonce, thread string, st threadState, rev int64) (idState, error) {
+	if kv == nil {
+		return idState{}, nil
+	}
+	idx, err := parseIdx(kv)
+	if err != nil {
+		return idState{}, err
+	}
+	if idx.Nonce == nonce.String() {
+		return idState{taken: true, ours: true}, nil
+	}
+	if idx.Thread != thread {
+		r, err := s.client.Get(ctx, string(s.layout.Thread(idx.Thread)), clientv3.WithRev(rev))
+		if err != nil {
+			return idState{}, err
+		}
+		if st, err = parseThread(first(r)); err != nil {
+			return idState{}, err
+		}
+	}
+	if st.rev != 0 && idx.Seq >= st.rec.Floor && idx.Seq <= st.rec.LastSeq {
+		return idState{taken: true}, nil
+	}
+	return idState{staleRev: kv.ModRevision}, nil
+}
+
+// view reads, at one revision, the state the live checks of the append need.
+func (op *appendOp) view(ctx context.Context) (threadState, *cairn.WriterRecord, idState, error) {
+	s, c := op.s, op.in.Checkpoint
+	wk := s.writerKeys(c.ThreadID)
+	rs, rev, err := s.readOnly(ctx, clientv3.OpGet(wk.Owner), clientv3.OpGet(wk.Expiry),
+		clientv3.OpGet(string(s.layout.Index(c.ID))), clientv3.OpGet(string(s.layout.Thread(c.ThreadID))))
+	if err != nil {
+		return threadState{}, nil, idState{}, err
+	}
+	return op.interpret(ctx, first(rs[0]), first(rs[1]), first(rs[2]), first(rs[3]), rev)
+}
+
+func (op *appendOp) interpret(ctx context.Context, owner, expiry, idx, thread *mvccpb.KeyValue, rev int64) (threadState, *cairn.WriterRecord, idState, error) {
+	st, err := parseThread(thread)
+	if err != nil {
+		return st, nil, idState{}, err
+	}
+	ids, err := op.s.idStateOf(ctx, idx, op.nonce, op.in.Checkpoint.ThreadID, st, rev)
+	return st, fence.Decode(owner, expiry), ids, err
+}
+
+func (op *appendOp) run(ctx context.Context) error {
+	s, in, c := op.s, &op.in, &op.in.Checkpoint
+	defer func() {
+		if op.staging != nil { // the append did not publish what it staged
+			op.staging.abort(ctx)
+			op.staging = nil
+		}
+	}()
+	var staleIdx int64
+	var lastErr error
+	for range attempts {
+		st, ok := s.cached(c.ThreadID)
+		if !ok {
+			var err error
+			if st, err = s.readThread(ctx, c.ThreadID); err != nil {
+				return op.outcome(ctx, err, lastErr)
+			}
+		}
+		now := s.now()
+		if st.rec.Head != in.ExpectedHeadID || c.ParentCheckpointID != in.ExpectedHeadID {
+			// The cached state says the append cannot succeed; read the live
+			// state to report the right error, or to learn the cache was stale.
+			fresh, wr, ids, err := op.view(ctx)
+			if err != nil {
+				return op.outcome(ctx, err, lastErr)
+			}
+			if ids.ours {
+				s.forget(c.ThreadID)
+				return nil
+			}
+			v := cairn.AppendView{Writer: wr, IDTaken: ids.taken, Head: fresh.rec.Head}
+			if err := v.Check(in, now); err != nil {
+				return err
+			}
+			s.remember(c.ThreadID, fresh)
+			staleIdx = ids.staleRev
+			continue
+		}
+		seq := st.rec.LastSeq + 1
+		vals := s.blobs(op.w, c.ThreadID, seq, op.nonce)
+		nChunks := (len(op.w.body) + ChunkSize - 1) / ChunkSize
+		if nChunks == 0 {
+			nChunks = 1
+		}
+		var writes []clientv3.Op
+		if op.w.staged(0) {
+			if op.staging == nil || op.stageSeq != seq {
+				op.staging.abort(ctx)
+				op.staging = nil
+				stg, err := s.stage(ctx, vals)
+				if err != nil {
+					return op.outcome(ctx, err, lastErr)
+				}
+				op.staging, op.stageSeq = stg, seq
+			}
+			writes = detach(vals)
+		} else {
+			writes = puts(vals)
+		}
+		wk := s.writerKeys(c.ThreadID)
+		cmps := append(fence.Guard(wk, in.Writer.OwnerToken, in.Writer.Fence, now),
+			s.idxCmp(c.ID, staleIdx), s.threadCmp(c.ThreadID, st))
+		then := append(s.records(op.w, st, seq, op.nonce, nChunks), writes...)
+		resp, err := s.client.Txn(ctx).If(cmps...).Then(then...).Else(
+			clientv3.OpGet(wk.Owner), clientv3.OpGet(wk.Expiry),
+			clientv3.OpGet(string(s.layout.Index(c.ID))), clientv3.OpGet(string(s.layout.Thread(c.ThreadID))),
+		).Commit()
+		if err != nil {
+			if errors.Is(err, rpctypes.ErrKeyNotFound) && op.staging != nil {
+				// The staged chunks expired before the publish; stage again.
+				op.staging.abort(ctx)
+				op.staging, lastErr = nil, ErrStagingExpired
+				continue
+			}
+			s.forget(c.ThreadID)
+			if !ambiguous(err) {
+				return err
+			}
+			if ctx.Err() != nil {
+				return op.unknown(err)
+			}
+			lastErr = err
+			continue
+		}
+		if resp.Succeeded {
+			s.remember(c.ThreadID, threadState{rec: st.nextRecord(op.w, seq, op.nonce), rev: resp.Header.Revision})
+			op.staging.close()
+			op.staging = nil
+			return nil
+		}
+		r := resp.Responses
+		fresh, wr, ids, err := op.interpret(ctx, first(getResp(r[0])), first(getResp(r[1])), first(getResp(r[2])), first(getResp(r[3])), resp.Header.Revision)
+		if err != nil {
+			return op.outcome(ctx, err, lastErr)
+		}
+		if ids.ours {
+			s.forget(c.ThreadID)
+			op.staging.close()
+			op.staging = nil
+			return nil
+		}
+		v := cairn.AppendView{Writer: wr, IDTaken: ids.taken, Head: fresh.rec.Head}
+		if err := v.Check(in, now); err != nil {
+			return err
+		}
+		// Every check passes on the fresh state: what failed was a stale
+		// cached thread record or a stale index record. Retry on fresh state.
+		s.remember(c.ThreadID, fresh)
+		staleIdx = ids.staleRev
+	}
+	if lastErr != nil {
+		return op.outcome(ctx, lastErr, nil)
+	}
+	return fmt.Errorf("etcdstore: append of %q: the thread kept changing; giving up after %d attempts", c.ID, attempts)
+}
+
+// outcome turns an error met while the append may already have landed into
+// the error to return: an UnknownOutcomeError when an earlier attempt's
+// outcome is still unknown, else err itself.
+func (op *appendOp) outcome(ctx context.Context, err, earlier error) error {
+	if earlier != nil && ambiguous(earlier) {
+		return op.unknown(errors.Join(err, earlier))
+	}
+	return err
+}
+
+func (op *appendOp) unknown(err error) error {
+	return &UnknownOutcomeError{Op: "append", Err: err, retry: func(ctx context.Context) error {
+		again := &appendOp{s: op.s, in: op.in, w: op.w, nonce: op.nonce}
+		return again.run(ctx)
+	}}
+}
+
+func getResp(r *etcdserverpb.ResponseOp) *clientv3.GetResponse {
+	return (*clientv3.GetResponse)(r.GetResponseRange())
+}

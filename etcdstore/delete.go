@@ -1,0 +1,369 @@
+package etcdstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/fence"
+	"github.com/cairnstore/cairn/keys"
+)
+
+// DeleteHead implements cairn.Store. It reads the thread record, the writer
+// record and the head's checkpoint record at one revision, checks them in the
+// contract's order, then commits one transaction:
+//
+//	If   the writer lease is current, the thread record is unchanged
+//	Then put the thread record (head = the parent, or none when the parent is
+//	     null or pruned), delete the checkpoint record, its index record, its
+//	     body and its reference records
+//
+// and starts again if the thread changed in between.
+func (s *Store) DeleteHead(ctx context.Context, in cairn.DeleteHeadInput) error {
+	if err := cairn.CheckDeleteHeadInput(&in); err != nil {
+		return err
+	}
+	op := &deleteHeadOp{s: s, in: in, nonce: newNonce()}
+	return op.run(ctx)
+}
+
+type deleteHeadOp struct {
+	s     *Store
+	in    cairn.DeleteHeadInput
+	nonce keys.Nonce
+}
+
+func (op *deleteHeadOp) run(ctx context.Context) error {
+	s, in := op.s, &op.in
+	wk := s.writerKeys(in.ThreadID)
+	threadKey := string(s.layout.Thread(in.ThreadID))
+	var lastErr error
+	for range attempts {
+		now := s.now()
+		gets := []clientv3.Op{clientv3.OpGet(threadKey), clientv3.OpGet(wk.Owner), clientv3.OpGet(wk.Expiry)}
+		if st, ok := s.cached(in.ThreadID); ok && st.rec.Head != "" {
+			gets = append(gets, clientv3.OpGet(string(s.layout.Checkpoint(in.ThreadID, st.rec.HeadCreatedAt, st.rec.Head))))
+		}
+		rs, rev, err := s.readOnly(ctx, gets...)
+		if err != nil {
+			return op.outcome(err, lastErr)
+		}
+		st, err := parseThread(first(rs[0]))
+		if err != nil {
+			return err
+		}
+		if lastErr != nil && st.rec.Op == op.nonce.String() {
+			s.remember(in.ThreadID, st)
+			return nil // an attempt whose answer was lost did land
+		}
+		v := cairn.DeleteHeadView{Writer: fence.Decode(first(rs[1]), first(rs[2])), Head: st.rec.Head, HeadExists: st.rec.Head != ""}
+		if err := v.Check(in, now); err != nil {
+			s.remember(in.ThreadID, st)
+			return err
+		}
+		headKey := s.layout.Checkpoint(in.ThreadID, st.rec.HeadCreatedAt, st.rec.Head)
+		var mkv *mvccpb.KeyValue
+		if len(rs) > 3 && first(rs[3]) != nil && string(first(rs[3]).Key) == string(headKey) {
+			mkv = first(rs[3])
+		} else {
+			r, err := s.client.Get(ctx, string(headKey), clientv3.WithRev(rev))
+			if err != nil {
+				return op.outcome(err, lastErr)
+			}
+			mkv = first(r)
+		}
+		if mkv == nil {
+			return cairn.NewError(cairn.CodeNotHead, "checkpoint %q does not exist", in.CheckpointID)
+		}
+		m, err := parseMeta(mkv)
+		if err != nil {
+			return err
+		}
+		nonce, err := parseNonce(m.Nonce)
+		if err != nil {
+			return err
+		}
+		rec := st.rec
+		rec.Op = op.nonce.String()
+		if m.ParentID != "" && m.ParentSeq >= rec.Floor {
+			rec.Head, rec.HeadSeq, rec.HeadCreatedAt = m.ParentID, m.ParentSeq, m.ParentCreatedAt
+		} else {
+			rec.Head, rec.HeadSeq, rec.HeadCreatedAt = "", 0, 0
+		}
+		tv, _ := json.Marshal(rec)
+		ops := []clientv3.Op{
+			clientv3.OpPut(threadKey, string(tv)),
+			clientv3.OpDelete(string(headKey)),
+			clientv3.OpDelete(string(s.layout.Index(in.CheckpointID))),
+			deletePrefix(s.layout.CheckpointChunks(in.ThreadID, m.Seq, nonce)),
+		}
+		for _, shard := range shardsOf(m.Shards) {
+			ops = append(ops, deletePrefix(s.layout.RefSeq(shard, in.ThreadID, m.Seq)))
+		}
+		cmps := append(fence.Guard(wk, in.Writer.OwnerToken, in.Writer.Fence, now), s.threadCmp(in.ThreadID, st))
+		resp, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		if err != nil {
+			s.forget(in.ThreadID)
+			if !ambiguous(err) {
+				return err
+			}
+			if ctx.Err() != nil {
+				return op.unknown(err)
+			}
+			lastErr = err
+			continue
+		}
+		if resp.Succeeded {
+			s.remember(in.ThreadID, threadState{rec: rec, rev: resp.Header.Revision})
+			return nil
+		}
+		s.forget(in.ThreadID) // something changed since the read; check again
+	}
+	if lastErr != nil {
+		return op.unknown(lastErr)
+	}
+	return fmt.Errorf("etcdstore: delete head of thread %q: the thread kept changing; giving up after %d attempts", in.ThreadID, attempts)
+}
+
+func (op *deleteHeadOp) outcome(err, earlier error) error {
+	if earlier != nil && ambiguous(earlier) {
+		return op.unknown(err)
+	}
+	return err
+}
+
+func (op *deleteHeadOp) unknown(err error) error {
+	return &UnknownOutcomeError{Op: "deleteHead", Err: err, retry: func(ctx context.Context) error {
+		again := &deleteHeadOp{s: op.s, in: op.in, nonce: op.nonce}
+		return again.runResolving(ctx)
+	}}
+}
+
+// runResolving runs the operation knowing an earlier attempt may have landed.
+func (op *deleteHeadOp) runResolving(ctx context.Context) error {
+	st, err := op.s.readThread(ctx, op.in.ThreadID)
+	if err != nil {
+		return err
+	}
+	if st.rec.Op == op.nonce.String() {
+		return nil
+	}
+	return op.run(ctx)
+}
+
+func deletePrefix(prefix []byte) clientv3.Op {
+	return clientv3.OpDelete(string(prefix), clientv3.WithRange(string(keys.PrefixEnd(prefix))))
+}
+
+func deleteRange(start, end []byte) clientv3.Op {
+	return clientv3.OpDelete(string(start), clientv3.WithRange(string(end)))
+}
+
+// DeleteCheckpoints implements cairn.Pruner. It reads the thread record, the
+// writer record and the thread's checkpoint records at one revision, walks the
+// chain from the head, and commits one transaction whatever the number of
+// checkpoints removed:
+//
+//	If   the writer lease is current, the thread record is unchanged
+//	Then put the thread record with Floor = the oldest kept sequence number,
+//	     range-delete the bodies and the reference records below it, and
+//	     delete the checkpoint and index records of the removed checkpoints
+//	     that fit in the transaction
+//
+// Records below the floor are invisible to every read from that revision on;
+// those that did not fit are deleted right after, in guarded batches.
+func (s *Store) DeleteCheckpoints(ctx context.Context, in cairn.DeleteCheckpointsInput) ([]string, error) {
+	if err := cairn.CheckDeleteCheckpointsInput(&in); err != nil {
+		return nil, err
+	}
+	op := &pruneOp{s: s, in: in, nonce: newNonce()}
+	return op.run(ctx)
+}
+
+type pruneOp struct {
+	s     *Store
+	in    cairn.DeleteCheckpointsInput
+	nonce keys.Nonce
+	// removed is the plan of the last attempt: what it removes, oldest first.
+	removed []removal
+}
+
+type removal struct {
+	id     string
+	key    []byte
+	modRev int64
+	idx    idxRec
+}
+
+func (op *pruneOp) run(ctx context.Context) ([]string, error) {
+	s, in := op.s, &op.in
+	wk := s.writerKeys(in.ThreadID)
+	threadKey := string(s.layout.Thread(in.ThreadID))
+	var lastErr error
+	for range attempts {
+		now := s.now()
+		rs, _, err := s.readOnly(ctx, clientv3.OpGet(threadKey), clientv3.OpGet(wk.Owner), clientv3.OpGet(wk.Expiry),
+			clientv3.OpGet(string(s.layout.Checkpoints(in.ThreadID)), clientv3.WithPrefix()))
+		if err != nil {
+			return nil, op.outcome(err, lastErr)
+		}
+		st, err := parseThread(first(rs[0]))
+		if err != nil {
+			return nil, err
+		}
+		if lastErr != nil && st.rec.Op == op.nonce.String() {
+			s.remember(in.ThreadID, st)
+			ids := op.ids()
+			op.cleanup(ctx)
+			return ids, nil
+		}
+		if !fence.Decode(first(rs[1]), first(rs[2])).Current(in.Writer, now) {
+			return nil, cairn.NewError(cairn.CodeWriterLost, "writer lease for thread %q is no longer current", in.ThreadID)
+		}
+		// Walk the chain from the head through the live records.
+		bySeq := map[uint64]*mvccpb.KeyValue{}
+		metas := map[uint64]ckptMeta{}
+		for _, kv := range rs[3].Kvs {
+			m, err := parseMeta(kv)
+			if err != nil {
+				return nil, err
+			}
+			if kv.Lease == 0 && m.Seq >= st.rec.Floor {
+				bySeq[m.Seq], metas[m.Seq] = kv, m
+			}
+		}
+		var chain []uint64 // head first
+		for seq, ok := st.rec.HeadSeq, st.rec.Head != ""; ok; {
+			m, found := metas[seq]
+			if !found {
+				break
+			}
+			chain = append(chain, seq)
+			seq, ok = m.ParentSeq, m.ParentID != ""
+		}
+		keep := int(in.Keep)
+		if len(chain) <= keep {
+			return []string{}, nil
+		}
+		cut := chain[keep-1]
+		op.removed = op.removed[:0]
+		var mask uint32
+		for i := len(chain) - 1; i >= keep; i-- {
+			kv, m := bySeq[chain[i]], metas[chain[i]]
+			_, createdAt, id, err := s.layout.DecodeCheckpoint(kv.Key)
+			if err != nil {
+				return nil, corrupt("checkpoint key", kv.Key, err)
+			}
+			op.removed = append(op.removed, removal{id: id, key: kv.Key, modRev: kv.ModRevision,
+				idx: idxRec{Thread: in.ThreadID, CreatedAt: createdAt, Seq: m.Seq, Nonce: m.Nonce}})
+			mask |= m.Shards
+		}
+		rec := st.rec
+		rec.Floor, rec.Op = cut, op.nonce.String()
+		tv, _ := json.Marshal(rec)
+		ops := []clientv3.Op{
+			clientv3.OpPut(threadKey, string(tv)),
+			deleteRange(s.layout.Chunks(in.ThreadID), s.layout.SeqChunks(in.ThreadID, cut)),
+		}
+		for _, shard := range shardsOf(mask) {
+			ops = append(ops, deleteRange(s.layout.RefThread(shard, in.ThreadID), s.layout.RefSeq(shard, in.ThreadID, cut)))
+		}
+		// The thread record is compared, so the removed records and their
+		// index records are exactly as read: delete as many as fit.
+		inTxn := 0
+		for _, r := range op.removed {
+			if len(ops)+2 > MaxTxnOps {
+				break
+			}
+			ops = append(ops, clientv3.OpDelete(string(r.key)), clientv3.OpDelete(string(s.layout.Index(r.id))))
+			inTxn++
+		}
+		cmps := append(fence.Guard(wk, in.Writer.OwnerToken, in.Writer.Fence, now), s.threadCmp(in.ThreadID, st))
+		resp, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		if err != nil {
+			s.forget(in.ThreadID)
+			if !ambiguous(err) {
+				return nil, err
+			}
+			if ctx.Err() != nil {
+				return nil, op.unknown(err)
+			}
+			lastErr = err
+			continue
+		}
+		if !resp.Succeeded {
+			s.forget(in.ThreadID)
+			continue
+		}
+		s.remember(in.ThreadID, threadState{rec: rec, rev: resp.Header.Revision})
+		ids := op.ids()
+		op.removed = op.removed[inTxn:]
+		op.cleanup(ctx)
+		return ids, nil
+	}
+	if lastErr != nil {
+		return nil, op.unknown(lastErr)
+	}
+	return nil, fmt.Errorf("etcdstore: prune of thread %q: the thread kept changing; giving up after %d attempts", in.ThreadID, attempts)
+}
+
+func (op *pruneOp) ids() []string {
+	out := make([]string, len(op.removed))
+	for i, r := range op.removed {
+		out[i] = r.id
+	}
+	return out
+}
+
+// cleanup deletes the records of removed checkpoints that the prune
+// transaction left behind its floor. Each delete is guarded, in a nested
+// transaction, so that a record re-created since (an id reused after the
+// prune) is never touched. It is best effort: what it leaves stays invisible,
+// and a later prune or Verify removes it.
+func (op *pruneOp) cleanup(ctx context.Context) {
+	s := op.s
+	const perTxn = MaxTxnOps / 4 // 2 nested transactions per removal, each 1 compare + 1 op
+	for len(op.removed) > 0 {
+		n := min(len(op.removed), perTxn)
+		var ops []clientv3.Op
+		for _, r := range op.removed[:n] {
+			ops = append(ops,
+				clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(string(r.key)), "=", r.modRev)},
+					[]clientv3.Op{clientv3.OpDelete(string(r.key))}, nil),
+				clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(string(s.layout.Index(r.id))), "=", idxValue(r.idx))},
+					[]clientv3.Op{clientv3.OpDelete(string(s.layout.Index(r.id)))}, nil))
+		}
+		if _, err := s.client.Txn(ctx).Then(ops...).Commit(); err != nil {
+			s.log.Warn("etcdstore: cleanup after prune failed; records stay hidden behind the floor", "thread", op.in.ThreadID, "left", len(op.removed), "err", err)
+			return
+		}
+		op.removed = op.removed[n:]
+	}
+}
+
+func (op *pruneOp) outcome(err, earlier error) error {
+	if earlier != nil && ambiguous(earlier) {
+		return op.unknown(err)
+	}
+	return err
+}
+
+func (op *pruneOp) unknown(err error) error {
+	return &UnknownOutcomeError{Op: "deleteCheckpoints", Err: err, retry: func(ctx context.Context) error {
+		st, err := op.s.readThread(ctx, op.in.ThreadID)
+		if err != nil {
+			return err
+		}
+		if st.rec.Op == op.nonce.String() {
+			op.cleanup(ctx)
+			return nil
+		}
+		again := &pruneOp{s: op.s, in: op.in, nonce: op.nonce}
+		_, err = again.run(ctx)
+		return err
+	}}
+}

@@ -1,0 +1,40 @@
+// Package etcdstore is a cairn.Store on etcd: checkpoints, heads, writer
+// leases, blob references, transcripts and instance records of many services
+// live under one key prefix of a shared etcd cluster.
+//
+// It implements cairn.Store and every optional capability (cairn.Pruner,
+// cairn.Forker with a transcript store in the same keyspace, cairn.ThreadLister,
+// cairn.BlobReferenceWalker) and, through Instances, cairn.InstanceStore.
+//
+// Everything works within etcd's DEFAULT server limits, 128 operations per
+// transaction and 1.5 MiB per request, which is what a shared cluster gives:
+//
+//   - The common append is one transaction. Its comparisons encode the
+//     contract's live checks: the writer lease is current, the id is unused in
+//     every thread, and the thread is at the expected head.
+//   - A checkpoint too large for one request (up to MaxCheckpointBytes encoded)
+//     is staged first, in chunks attached to a short etcd lease, and published
+//     by one small transaction that detaches them. A writer that dies while
+//     staging leaves nothing visible, and etcd deletes what it staged when the
+//     staging lease expires.
+//   - Blob references are not counters. Each checkpoint writes, per shard of
+//     the blob key space, one record listing its distinct blob digests; the
+//     count of a key is the number of records that contain it. Writers on
+//     different threads never write the same key, so they never contend.
+//   - deleteHead, deleteCheckpoints and fork are each one transaction; a prune
+//     of any number of checkpoints removes their chunks and references with
+//     range deletes and hides their records behind the thread's prune floor in
+//     that same transaction.
+//
+// The key layout, every transaction's comparisons and operations, and what
+// each costs are described in docs/design.md.
+//
+// # Writes whose outcome is unknown
+//
+// When etcd may or may not have applied a write (for example a deadline ran
+// out during the commit), the store retries it, with the same identity, while
+// the call's context allows; a retry either finds that the first attempt
+// landed or applies the write once. When the context ends first, the write
+// returns an *UnknownOutcomeError; its Retry method does the same resolution
+// later.
+package etcdstore

@@ -1,0 +1,312 @@
+package etcdstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/fence"
+	"github.com/cairnstore/cairn/keys"
+)
+
+// transcriptRec is the value of a transcript record: the transcript itself,
+// or the description of its staged chunks.
+type transcriptRec struct {
+	Inline json.RawMessage `json:"inline,omitempty"`
+	Nonce  string          `json:"nonce,omitempty"`
+	Chunks int             `json:"chunks,omitempty"`
+	Size   int             `json:"size"`
+}
+
+// transcriptInline is the largest transcript stored in its record.
+const transcriptInline = 512 << 10
+
+// ForkFromCheckpoint implements cairn.Forker. It reads the source and the
+// destination at one revision, checks them in the contract's order, and
+// publishes the fork root, its body and references, the destination's thread,
+// index and transcript records in one transaction:
+//
+//	If   the destination writer lease is current
+//	     the destination thread record is as read (absent, or without a head)
+//	     the destination has no transcript record
+//	     the destination id's index record is absent (or stale, as read)
+//	     the source checkpoint record and its thread record are as read
+//	Then put the records; put (or detach, when staged) the bodies
+func (s *Store) ForkFromCheckpoint(ctx context.Context, in cairn.ForkInput) (*cairn.Checkpoint, error) {
+	if err := cairn.CheckForkInput(&in); err != nil {
+		return nil, err
+	}
+	op := &forkOp{s: s, in: in, nonce: newNonce()}
+	return op.run(ctx)
+}
+
+type forkOp struct {
+	s     *Store
+	in    cairn.ForkInput
+	nonce keys.Nonce
+	root  *cairn.Checkpoint
+}
+
+func (op *forkOp) run(ctx context.Context) (*cairn.Checkpoint, error) {
+	s, in := op.s, &op.in
+	dest := in.DestinationThreadID
+	wk := s.writerKeys(dest)
+	var lastErr error
+	var staging *stager
+	defer func() { staging.abort(ctx) }()
+	for range attempts {
+		now := s.now()
+		rs, rev, err := s.readOnly(ctx,
+			clientv3.OpGet(string(s.layout.Index(in.SourceCheckpointID))),
+			clientv3.OpGet(wk.Owner), clientv3.OpGet(wk.Expiry),
+			clientv3.OpGet(string(s.layout.Thread(dest))),
+			clientv3.OpGet(string(s.layout.Transcript(dest))),
+			clientv3.OpGet(string(s.layout.Index(in.DestinationCheckpointID))),
+		)
+		if err != nil {
+			return nil, op.outcome(err, lastErr)
+		}
+		destSt, err := parseThread(first(rs[3]))
+		if err != nil {
+			return nil, err
+		}
+		// The source, if it exists, as of rev.
+		var src *cairn.Checkpoint
+		var srcKV *mvccpb.KeyValue
+		var srcSt threadState
+		if kv := first(rs[0]); kv != nil {
+			idx, err := parseIdx(kv)
+			if err != nil {
+				return nil, err
+			}
+			nonce, err := parseNonce(idx.Nonce)
+			if err != nil {
+				return nil, err
+			}
+			r2, _, err := s.readOnly(ctx,
+				clientv3.OpGet(string(s.layout.Checkpoint(idx.Thread, idx.CreatedAt, in.SourceCheckpointID)), clientv3.WithRev(rev)),
+				clientv3.OpGet(string(s.layout.Thread(idx.Thread)), clientv3.WithRev(rev)),
+				clientv3.OpGet(string(s.layout.CheckpointChunks(idx.Thread, idx.Seq, nonce)), clientv3.WithPrefix(), clientv3.WithRev(rev)),
+			)
+			if err != nil {
+				return nil, op.outcome(err, lastErr)
+			}
+			if srcSt, err = parseThread(first(r2[1])); err != nil {
+				return nil, err
+			}
+			if mkv := first(r2[0]); mkv != nil && mkv.Lease == 0 {
+				m, err := parseMeta(mkv)
+				if err != nil {
+					return nil, err
+				}
+				if m.Seq == idx.Seq && m.Seq >= srcSt.rec.Floor {
+					c, err := assemble(mkv.Key, m, r2[2].Kvs)
+					if err != nil {
+						return nil, err
+					}
+					src, srcKV = &c, mkv
+				}
+			}
+		}
+		// The destination id.
+		ids, err := s.idStateOf(ctx, first(rs[5]), op.nonce, dest, destSt, rev)
+		if err != nil {
+			return nil, op.outcome(err, lastErr)
+		}
+		if ids.ours && op.root != nil {
+			s.forget(dest)
+			out := op.root.Clone()
+			return &out, nil
+		}
+		view := cairn.ForkView{
+			Writer:          fence.Decode(first(rs[1]), first(rs[2])),
+			DestinationUsed: first(rs[4]) != nil || destSt.rec.Head != "" || ids.taken,
+		}
+		if src != nil {
+			view.SourceThread = src.ThreadID
+		}
+		if err := view.Check(in, now); err != nil {
+			return nil, err
+		}
+		root := cairn.ForkRoot(src, in)
+		op.root = &root
+		body, err := encodeCheckpoint(&root)
+		if err != nil {
+			return nil, err
+		}
+		w := &newCheckpoint{c: &root, body: body}
+		w.refs, w.mask = refParts(&root)
+		transcript := []byte(root.Conversation)
+		if transcript == nil {
+			transcript = []byte("[]")
+		}
+		seq := destSt.rec.LastSeq + 1
+		vals := s.blobs(w, dest, seq, op.nonce)
+		trec := transcriptRec{Size: len(transcript)}
+		if len(transcript) <= transcriptInline {
+			trec.Inline = transcript
+		} else {
+			tvals := chunks(transcript, func(i int) []byte { return s.layout.TranscriptChunk(dest, op.nonce, i) })
+			trec.Nonce, trec.Chunks = op.nonce.String(), len(tvals)
+			vals = append(vals, tvals...)
+		}
+		nChunks := (len(body) + ChunkSize - 1) / ChunkSize
+		if nChunks == 0 {
+			nChunks = 1
+		}
+		if publishFixedOps+1+len(vals) > MaxTxnOps {
+			return nil, cairn.NewError(cairn.CodeInvalidEntry, "checkpoint %q is too large to fork in one transaction", in.SourceCheckpointID)
+		}
+		var writes []clientv3.Op
+		if opBytes(vals)+len(trec.Inline) > inlineBudget {
+			staging.abort(ctx)
+			if staging, err = s.stage(ctx, vals); err != nil {
+				staging = nil
+				return nil, op.outcome(err, lastErr)
+			}
+			writes = detach(vals)
+		} else {
+			writes = puts(vals)
+		}
+		tv, _ := json.Marshal(trec)
+		ops := append(s.records(w, destSt, seq, op.nonce, nChunks), writes...)
+		ops = append(ops, clientv3.OpPut(string(s.layout.Transcript(dest)), string(tv)))
+		cmps := append(fence.Guard(wk, in.Writer.OwnerToken, in.Writer.Fence, now),
+			s.threadCmp(dest, destSt),
+			clientv3.Compare(clientv3.CreateRevision(string(s.layout.Transcript(dest))), "=", 0),
+			s.idxCmp(in.DestinationCheckpointID, ids.staleRev),
+			clientv3.Compare(clientv3.ModRevision(string(srcKV.Key)), "=", srcKV.ModRevision),
+			s.threadCmp(src.ThreadID, srcSt),
+		)
+		resp, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		if err != nil {
+			s.forget(dest)
+			if !ambiguous(err) {
+				return nil, err
+			}
+			if ctx.Err() != nil {
+				return nil, op.unknown(err)
+			}
+			lastErr = err
+			continue
+		}
+		if resp.Succeeded {
+			s.remember(dest, threadState{rec: destSt.nextRecord(w, seq, op.nonce), rev: resp.Header.Revision})
+			staging.close()
+			staging = nil
+			out := root.Clone()
+			return &out, nil
+		}
+		// Something changed since the read; read and check again.
+	}
+	if lastErr != nil {
+		return nil, op.unknown(lastErr)
+	}
+	return nil, fmt.Errorf("etcdstore: fork into thread %q: the threads kept changing; giving up after %d attempts", dest, attempts)
+}
+
+func (op *forkOp) outcome(err, earlier error) error {
+	if earlier != nil && ambiguous(earlier) {
+		return op.unknown(err)
+	}
+	return err
+}
+
+func (op *forkOp) unknown(err error) error {
+	return &UnknownOutcomeError{Op: "forkFromCheckpoint", Err: err, retry: func(ctx context.Context) error {
+		_, err := op.run(ctx)
+		return err
+	}}
+}
+
+// Transcripts implements cairn.Forker: the transcript store in the same
+// keyspace as the checkpoints.
+func (s *Store) Transcripts() cairn.TranscriptStore { return transcripts{s} }
+
+type transcripts struct{ s *Store }
+
+// LoadThread implements cairn.TranscriptStore.
+func (t transcripts) LoadThread(ctx context.Context, threadID string) (json.RawMessage, error) {
+	if err := cairn.ValidateID(threadID, "thread id"); err != nil {
+		return nil, err
+	}
+	s := t.s
+	resp, err := s.client.Get(ctx, string(s.layout.Transcript(threadID)))
+	if err != nil {
+		return nil, err
+	}
+	kv := first(resp)
+	if kv == nil {
+		return json.RawMessage("[]"), nil
+	}
+	var rec transcriptRec
+	if err := json.Unmarshal(kv.Value, &rec); err != nil {
+		return nil, corrupt("transcript record", kv.Key, err)
+	}
+	if rec.Chunks == 0 {
+		return rec.Inline, nil
+	}
+	nonce, err := parseNonce(rec.Nonce)
+	if err != nil {
+		return nil, err
+	}
+	cr, err := s.client.Get(ctx, string(s.layout.TranscriptWriteChunks(threadID, nonce)), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision))
+	if err != nil {
+		return nil, err
+	}
+	var out []byte
+	n := 0
+	for _, c := range cr.Kvs {
+		if c.Lease == 0 {
+			out = append(out, c.Value...)
+			n++
+		}
+	}
+	if n != rec.Chunks || len(out) != rec.Size {
+		return nil, corrupt("transcript", kv.Key, fmt.Errorf("have %d chunks and %d bytes, want %d and %d", n, len(out), rec.Chunks, rec.Size))
+	}
+	return out, nil
+}
+
+// SaveThread implements cairn.TranscriptStore: one transaction replaces the
+// record and deletes the chunks of the transcript it replaces. A large
+// transcript is staged first.
+func (t transcripts) SaveThread(ctx context.Context, threadID string, messages json.RawMessage) error {
+	if err := cairn.ValidateID(threadID, "thread id"); err != nil {
+		return err
+	}
+	if !json.Valid(messages) {
+		return cairn.NewError(cairn.CodeInvalidEntry, "transcript of thread %q must be valid JSON", threadID)
+	}
+	s := t.s
+	all := s.layout.TranscriptChunks(threadID)
+	recKey := string(s.layout.Transcript(threadID))
+	if len(messages) <= transcriptInline {
+		v, _ := json.Marshal(transcriptRec{Inline: messages, Size: len(messages)})
+		_, err := s.client.Txn(ctx).Then(clientv3.OpPut(recKey, string(v)), deletePrefix(all)).Commit()
+		return err
+	}
+	nonce := newNonce()
+	vals := chunks(messages, func(i int) []byte { return s.layout.TranscriptChunk(threadID, nonce, i) })
+	if len(vals)+3 > MaxTxnOps {
+		return cairn.NewError(cairn.CodeInvalidEntry, "transcript of thread %q is larger than this store accepts", threadID)
+	}
+	stg, err := s.stage(ctx, vals)
+	if err != nil {
+		return err
+	}
+	mine := s.layout.TranscriptWriteChunks(threadID, nonce)
+	v, _ := json.Marshal(transcriptRec{Nonce: nonce.String(), Chunks: len(vals), Size: len(messages)})
+	ops := append(detach(vals), clientv3.OpPut(recKey, string(v)),
+		deleteRange(all, mine), deleteRange(keys.PrefixEnd(mine), keys.PrefixEnd(all)))
+	if _, err := s.client.Txn(ctx).Then(ops...).Commit(); err != nil {
+		stg.abort(ctx)
+		return err
+	}
+	stg.close()
+	return nil
+}

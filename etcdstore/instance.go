@@ -1,0 +1,48 @@
+package etcdstore
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/cairnstore/cairn"
+)
+
+// Instances returns the instance store that lives under the same prefix: one
+// key per record, so an upsert is a single put (a full replace) and the last
+// write wins.
+func (s *Store) Instances() cairn.InstanceStore { return instances{s} }
+
+type instances struct{ s *Store }
+
+// Get implements cairn.InstanceStore.
+func (i instances) Get(ctx context.Context, key string) (*cairn.InstanceRecord, error) {
+	resp, err := i.s.client.Get(ctx, string(i.s.layout.Instance(key)))
+	if err != nil {
+		return nil, err
+	}
+	kv := first(resp)
+	if kv == nil {
+		return nil, nil
+	}
+	var rec cairn.InstanceRecord
+	if err := json.Unmarshal(kv.Value, &rec); err != nil {
+		return nil, corrupt("instance record", kv.Key, err)
+	}
+	return &rec, nil
+}
+
+// Upsert implements cairn.InstanceStore.
+func (i instances) Upsert(ctx context.Context, rec cairn.InstanceRecord) error {
+	v, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	_, err = i.s.client.Put(ctx, string(i.s.layout.Instance(rec.Key)), string(v))
+	return err
+}
+
+// Delete implements cairn.InstanceStore.
+func (i instances) Delete(ctx context.Context, key string) error {
+	_, err := i.s.client.Delete(ctx, string(i.s.layout.Instance(key)))
+	return err
+}

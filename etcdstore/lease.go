@@ -1,0 +1,91 @@
+package etcdstore
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/fence"
+)
+
+// AcquireWriter implements cairn.Store with one transaction (see package
+// fence): it creates the thread's writer record when there is none or the
+// stored one has expired by the store's clock, attached to the etcd lease the
+// store keeps alive, and reads the thread record in the same transaction. The
+// lease's fence is the revision of that transaction.
+func (s *Store) AcquireWriter(ctx context.Context, threadID string) (*cairn.Lease, error) {
+	if err := cairn.ValidateID(threadID, "thread id"); err != nil {
+		return nil, err
+	}
+	wk := s.writerKeys(threadID)
+	token := rand.Text()
+	var fenceRev int64
+	var exp float64
+	for attempt := 0; ; attempt++ {
+		now := s.now()
+		exp = now + cairn.Millis(s.opts.LeaseDuration)
+		acq, held, err := s.fences.Acquire(ctx, wk, token, now, exp,
+			clientv3.OpGet(string(s.layout.Thread(threadID))))
+		if errors.Is(err, fence.ErrHeld) {
+			if held != nil && held.OwnerToken == token {
+				// An earlier attempt whose answer was lost took the lease.
+				fenceRev, exp = held.Fence, held.ExpiresAt
+				break
+			}
+			return nil, cairn.NewError(cairn.CodeWriterConflict, "thread %q already has an active writer", threadID)
+		}
+		if err != nil {
+			if ambiguous(err) && ctx.Err() == nil && attempt < attempts {
+				continue
+			}
+			return nil, err
+		}
+		fenceRev = acq.Fence
+		if st, err := parseThread(first(acq.Reads[0])); err == nil {
+			s.remember(threadID, st)
+		}
+		break
+	}
+	w := cairn.Writer{ThreadID: threadID, OwnerToken: token, Fence: fenceRev}
+	return cairn.NewLease(w, exp, s.opts.RenewAfter, &leaseDriver{s: s, w: w}), nil
+}
+
+type leaseDriver struct {
+	s *Store
+	w cairn.Writer
+}
+
+// Renew moves the stored expiry with one compare-and-swap guarded like every
+// fenced write.
+func (d *leaseDriver) Renew(ctx context.Context) (float64, error) {
+	wk := d.s.writerKeys(d.w.ThreadID)
+	for attempt := 0; ; attempt++ {
+		now := d.s.now()
+		exp := now + cairn.Millis(d.s.opts.LeaseDuration)
+		ok, err := d.s.fences.Renew(ctx, wk, d.w.OwnerToken, d.w.Fence, now, exp)
+		if err != nil {
+			// A renew is safe to repeat: a retry checks the lease again.
+			if ambiguous(err) && ctx.Err() == nil && attempt < attempts {
+				continue
+			}
+			return 0, err
+		}
+		if !ok {
+			return 0, cairn.NewError(cairn.CodeWriterLost, "writer lease for thread %q is no longer current", d.w.ThreadID)
+		}
+		return exp, nil
+	}
+}
+
+// Release deletes the writer record if it is still this lease's. Failures are
+// logged, not returned: the record then ends at its expiry, or with the
+// store's etcd lease.
+func (d *leaseDriver) Release(ctx context.Context) {
+	wk := d.s.writerKeys(d.w.ThreadID)
+	if err := d.s.fences.Release(ctx, wk, d.w.OwnerToken, d.w.Fence); err != nil {
+		d.s.log.Warn("etcdstore: release of writer lease failed; it will expire", "thread", d.w.ThreadID, "fence", d.w.Fence, "err", err)
+	}
+}

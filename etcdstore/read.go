@@ -1,0 +1,271 @@
+package etcdstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/keys"
+)
+
+// parseThread decodes a thread record key-value; nil is an absent record.
+func parseThread(kv *mvccpb.KeyValue) (threadState, error) {
+	if kv == nil {
+		return threadState{}, nil
+	}
+	var st threadState
+	if err := json.Unmarshal(kv.Value, &st.rec); err != nil {
+		return st, corrupt("thread record", kv.Key, err)
+	}
+	st.rev = kv.ModRevision
+	return st, nil
+}
+
+func parseMeta(kv *mvccpb.KeyValue) (ckptMeta, error) {
+	var m ckptMeta
+	if err := json.Unmarshal(kv.Value, &m); err != nil {
+		return m, corrupt("checkpoint record", kv.Key, err)
+	}
+	return m, nil
+}
+
+func parseIdx(kv *mvccpb.KeyValue) (idxRec, error) {
+	var r idxRec
+	if err := json.Unmarshal(kv.Value, &r); err != nil {
+		return r, corrupt("index record", kv.Key, err)
+	}
+	return r, nil
+}
+
+func idxValue(r idxRec) string {
+	b, _ := json.Marshal(r)
+	return string(b)
+}
+
+func first(r *clientv3.GetResponse) *mvccpb.KeyValue {
+	if r == nil || len(r.Kvs) == 0 {
+		return nil
+	}
+	return r.Kvs[0]
+}
+
+// readOnly runs gets atomically, at one revision, in one round trip.
+func (s *Store) readOnly(ctx context.Context, gets ...clientv3.Op) ([]*clientv3.GetResponse, int64, error) {
+	resp, err := s.client.Txn(ctx).Then(gets...).Commit()
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]*clientv3.GetResponse, len(resp.Responses))
+	for i, r := range resp.Responses {
+		out[i] = (*clientv3.GetResponse)(r.GetResponseRange())
+	}
+	return out, resp.Header.Revision, nil
+}
+
+// readThread reads a thread record and remembers it.
+func (s *Store) readThread(ctx context.Context, thread string) (threadState, error) {
+	resp, err := s.client.Get(ctx, string(s.layout.Thread(thread)))
+	if err != nil {
+		return threadState{}, err
+	}
+	st, err := parseThread(first(resp))
+	if err == nil {
+		s.remember(thread, st)
+	}
+	return st, err
+}
+
+// GetHead implements cairn.Store in one read.
+func (s *Store) GetHead(ctx context.Context, threadID string) (string, error) {
+	if err := cairn.ValidateID(threadID, "thread id"); err != nil {
+		return "", err
+	}
+	st, err := s.readThread(ctx, threadID)
+	if err != nil {
+		return "", err
+	}
+	return st.rec.Head, nil
+}
+
+// Get implements cairn.Store in two reads: the id's index record, then, at the
+// same revision, the checkpoint record, its thread record and its body.
+func (s *Store) Get(ctx context.Context, id string) (*cairn.Checkpoint, error) {
+	if err := cairn.ValidateID(id, "checkpoint id"); err != nil {
+		return nil, err
+	}
+	resp, err := s.client.Get(ctx, string(s.layout.Index(id)))
+	if err != nil {
+		return nil, err
+	}
+	kv := first(resp)
+	if kv == nil {
+		return nil, nil
+	}
+	idx, err := parseIdx(kv)
+	if err != nil {
+		return nil, err
+	}
+	c, ok, err := s.loadAt(ctx, idx, id, resp.Header.Revision)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// loadAt loads the checkpoint an index record names, as of revision rev. ok is
+// false when the index record is stale (the checkpoint was pruned).
+func (s *Store) loadAt(ctx context.Context, idx idxRec, id string, rev int64) (cairn.Checkpoint, bool, error) {
+	nonce, err := parseNonce(idx.Nonce)
+	if err != nil {
+		return cairn.Checkpoint{}, false, err
+	}
+	prefix := s.layout.CheckpointChunks(idx.Thread, idx.Seq, nonce)
+	rs, _, err := s.readOnly(ctx,
+		clientv3.OpGet(string(s.layout.Checkpoint(idx.Thread, idx.CreatedAt, id)), clientv3.WithRev(rev)),
+		clientv3.OpGet(string(s.layout.Thread(idx.Thread)), clientv3.WithRev(rev)),
+		clientv3.OpGet(string(prefix), clientv3.WithPrefix(), clientv3.WithRev(rev)),
+	)
+	if err != nil {
+		return cairn.Checkpoint{}, false, err
+	}
+	mkv := first(rs[0])
+	st, err := parseThread(first(rs[1]))
+	if err != nil || mkv == nil {
+		return cairn.Checkpoint{}, false, err
+	}
+	m, err := parseMeta(mkv)
+	if err != nil {
+		return cairn.Checkpoint{}, false, err
+	}
+	if m.Seq != idx.Seq || m.Seq < st.rec.Floor || mkv.Lease != 0 {
+		return cairn.Checkpoint{}, false, nil
+	}
+	c, err := assemble(mkv.Key, m, rs[2].Kvs)
+	return c, err == nil, err
+}
+
+// assemble decodes a checkpoint from its record and its chunks, in key order.
+func assemble(key []byte, m ckptMeta, chunkKVs []*mvccpb.KeyValue) (cairn.Checkpoint, error) {
+	var body []byte
+	n := 0
+	for _, kv := range chunkKVs {
+		if kv.Lease != 0 {
+			continue
+		}
+		body = append(body, kv.Value...)
+		n++
+	}
+	if n != m.Chunks || len(body) != m.Size {
+		return cairn.Checkpoint{}, corrupt("checkpoint body", key, fmt.Errorf("have %d chunks and %d bytes, want %d and %d", n, len(body), m.Chunks, m.Size))
+	}
+	c, err := decodeCheckpoint(body)
+	if err != nil {
+		return c, corrupt("checkpoint body", key, err)
+	}
+	return c, nil
+}
+
+// List implements cairn.Store in two reads at one revision: the thread record
+// with its checkpoint records, then the bodies. The records come back in the
+// contract's order because of the key encoding.
+func (s *Store) List(ctx context.Context, threadID string) ([]cairn.Checkpoint, error) {
+	if err := cairn.ValidateID(threadID, "thread id"); err != nil {
+		return nil, err
+	}
+	rs, rev, err := s.readOnly(ctx,
+		clientv3.OpGet(string(s.layout.Thread(threadID))),
+		clientv3.OpGet(string(s.layout.Checkpoints(threadID)), clientv3.WithPrefix()),
+	)
+	if err != nil {
+		return nil, err
+	}
+	st, err := parseThread(first(rs[0]))
+	if err != nil {
+		return nil, err
+	}
+	type item struct {
+		key  []byte
+		meta ckptMeta
+	}
+	var live []item
+	for _, kv := range rs[1].Kvs {
+		m, err := parseMeta(kv)
+		if err != nil {
+			return nil, err
+		}
+		if kv.Lease == 0 && m.Seq >= st.rec.Floor {
+			live = append(live, item{kv.Key, m})
+		}
+	}
+	out := make([]cairn.Checkpoint, 0, len(live))
+	if len(live) == 0 {
+		return out, nil
+	}
+	cr, err := s.client.Get(ctx, string(s.layout.Chunks(threadID)), clientv3.WithPrefix(), clientv3.WithRev(rev))
+	if err != nil {
+		return nil, err
+	}
+	// Group the chunks by write; every write's chunk prefix has one length.
+	byWrite := map[string][]*mvccpb.KeyValue{}
+	plen := len(s.layout.CheckpointChunks(threadID, 0, keys.Nonce{}))
+	for _, kv := range cr.Kvs {
+		if len(kv.Key) > plen {
+			byWrite[string(kv.Key[:plen])] = append(byWrite[string(kv.Key[:plen])], kv)
+		}
+	}
+	for _, it := range live {
+		nonce, err := parseNonce(it.meta.Nonce)
+		if err != nil {
+			return nil, err
+		}
+		c, err := assemble(it.key, it.meta, byWrite[string(s.layout.CheckpointChunks(threadID, it.meta.Seq, nonce))])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// ListThreads implements cairn.ThreadLister: a paged range read over the
+// thread records, skipping threads without a head.
+func (s *Store) ListThreads(ctx context.Context, after string, limit int) ([]string, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	start := s.layout.Threads()
+	if after != "" {
+		start = append(s.layout.Thread(after), 0)
+	}
+	end := keys.PrefixEnd(s.layout.Threads())
+	var out []string
+	for len(out) < limit {
+		resp, err := s.client.Get(ctx, string(start), clientv3.WithRange(string(end)), clientv3.WithLimit(int64(limit)))
+		if err != nil {
+			return nil, err
+		}
+		for _, kv := range resp.Kvs {
+			t, err := s.layout.DecodeThread(kv.Key)
+			if err != nil {
+				return nil, corrupt("thread key", kv.Key, err)
+			}
+			st, err := parseThread(kv)
+			if err != nil {
+				return nil, err
+			}
+			if st.rec.Head != "" && len(out) < limit {
+				out = append(out, t)
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		start = append(bytes.Clone(resp.Kvs[len(resp.Kvs)-1].Key), 0)
+	}
+	return out, nil
+}

@@ -1,0 +1,281 @@
+package etcdstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/fence"
+	"github.com/cairnstore/cairn/keys"
+)
+
+// Limits that keep every request within etcd's default server limits
+// (--max-txn-ops=128, --max-request-bytes=1.5 MiB).
+const (
+	// MaxTxnOps is the most operations (or comparisons) any transaction of
+	// the store carries. It equals etcd's default and is never exceeded.
+	MaxTxnOps = 128
+	// ChunkSize is the size of one staged chunk of a large checkpoint or
+	// transcript; each chunk is one request well under 1.5 MiB.
+	ChunkSize = 1 << 20
+	// MaxCheckpointBytes is the largest encoded checkpoint the store accepts.
+	// A larger one is rejected with cairn.ErrInvalidEntry before anything is
+	// written.
+	MaxCheckpointBytes = 48 << 20
+	// inlineBudget is the largest publish transaction the store sends in one
+	// request; a checkpoint whose publish would be larger is staged.
+	inlineBudget = 900 << 10
+	// refPartBytes bounds one reference record: a shard's digests are split
+	// into parts of at most this size.
+	refPartBytes = 256 << 10
+	// stagingTTL is the TTL, in seconds, of the etcd lease that staged keys
+	// are attached to until they are published.
+	stagingTTL = 60
+	// attempts bounds the retries of one write after stale cached state or an
+	// unknown outcome.
+	attempts = 6
+)
+
+// Options configure a Store.
+type Options struct {
+	cairn.Options
+	// Logger receives the store's debug and warning messages; nil discards
+	// them.
+	Logger *slog.Logger
+}
+
+// Store is a cairn.Store on etcd. It is safe for concurrent use. Create it
+// with New and Close it to end the writer leases it holds.
+type Store struct {
+	client *clientv3.Client
+	layout keys.Layout
+	opts   cairn.Options
+	log    *slog.Logger
+	fences *fence.Manager
+
+	mu      sync.Mutex
+	threads map[string]threadState // last known thread records, by thread
+}
+
+var (
+	_ cairn.Store               = (*Store)(nil)
+	_ cairn.Pruner              = (*Store)(nil)
+	_ cairn.Forker              = (*Store)(nil)
+	_ cairn.ThreadLister        = (*Store)(nil)
+	_ cairn.BlobReferenceWalker = (*Store)(nil)
+)
+
+// New returns a store that keeps its keys under prefix on client. The caller
+// keeps owning client and closes it after the store. New does no I/O. It
+// returns cairn.ErrLeaseDuration or cairn.ErrRenewAfter for invalid lease
+// options, and an error when client is nil.
+//
+// Two stores with different prefixes never see each other's data, whatever the
+// prefixes; the literal prefix starts every key, so an etcd role limited to
+// the prefix is enough for the store.
+func New(client *clientv3.Client, prefix string, opts Options) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("etcdstore.New: client is required")
+	}
+	o, err := opts.Options.Validate()
+	if err != nil {
+		return nil, err
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Store{
+		client:  client,
+		layout:  keys.NewLayout(prefix),
+		opts:    o,
+		log:     log,
+		fences:  fence.NewManager(client, fence.Options{TTL: o.LeaseDuration, Logger: log}),
+		threads: map[string]threadState{},
+	}, nil
+}
+
+// Close revokes the etcd lease that the store's writer records are attached
+// to, which ends every writer lease the store still holds: their holders get
+// cairn.ErrWriterLost. It does not close the client.
+func (s *Store) Close() error { return s.fences.Close() }
+
+// Layout returns the key layout of the store.
+func (s *Store) Layout() keys.Layout { return s.layout }
+
+func (s *Store) now() float64 { return s.opts.Now() }
+
+// threadRec is the value of a thread record. The stored checkpoints of a
+// thread are always the chain from the head down to the oldest checkpoint not
+// pruned; Floor hides pruned checkpoints whose records are not yet deleted.
+type threadRec struct {
+	Head          string  `json:"head,omitempty"`
+	HeadSeq       uint64  `json:"headSeq,omitempty"`
+	HeadCreatedAt float64 `json:"headCreatedAt,omitempty"`
+	// LastSeq is the sequence number of the newest checkpoint the thread ever
+	// had; the next append takes LastSeq+1. It never decreases.
+	LastSeq uint64 `json:"lastSeq"`
+	// Floor: checkpoints with a lower sequence number were pruned.
+	Floor uint64 `json:"floor,omitempty"`
+	// Op is the nonce of the write that produced this record, so that a
+	// retry after an unknown outcome can tell whether that write landed.
+	Op string `json:"op,omitempty"`
+}
+
+// threadState is a thread record with its mod revision; Rev 0 means the
+// record does not exist.
+type threadState struct {
+	rec threadRec
+	rev int64
+}
+
+func (s *Store) cached(thread string) (threadState, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.threads[thread]
+	return st, ok
+}
+
+// maxCachedThreads bounds the thread cache; it is cleared when full.
+const maxCachedThreads = 1 << 14
+
+func (s *Store) remember(thread string, st threadState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.threads) >= maxCachedThreads {
+		clear(s.threads)
+	}
+	s.threads[thread] = st
+}
+
+func (s *Store) forget(thread string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.threads, thread)
+}
+
+// ckptMeta is the value of a checkpoint record.
+type ckptMeta struct {
+	Seq             uint64  `json:"seq"`
+	ParentID        string  `json:"parent,omitempty"`
+	ParentSeq       uint64  `json:"parentSeq,omitempty"`
+	ParentCreatedAt float64 `json:"parentCreatedAt,omitempty"`
+	Nonce           string  `json:"nonce"`
+	// Shards is the set of reference shards the checkpoint has records in.
+	Shards uint32 `json:"shards,omitempty"`
+	// Chunks is the number of staged chunks holding Body; 0 means Body is
+	// inline.
+	Chunks int             `json:"chunks,omitempty"`
+	Size   int             `json:"size"`
+	Body   json.RawMessage `json:"body,omitempty"`
+}
+
+// idxRec is the value of an id index record: where a checkpoint id lives.
+type idxRec struct {
+	Thread    string  `json:"thread"`
+	CreatedAt float64 `json:"createdAt"`
+	Seq       uint64  `json:"seq"`
+	Nonce     string  `json:"nonce"`
+}
+
+func newNonce() keys.Nonce {
+	var n keys.Nonce
+	_, _ = rand.Read(n[:])
+	return n
+}
+
+func parseNonce(s string) (keys.Nonce, error) {
+	var n keys.Nonce
+	b, err := hex.DecodeString(s)
+	if err != nil || len(b) != keys.NonceLen {
+		return n, fmt.Errorf("etcdstore: bad nonce %q", s)
+	}
+	copy(n[:], b)
+	return n, nil
+}
+
+// corrupt reports stored data the store cannot decode.
+func corrupt(what string, key []byte, err error) error {
+	return fmt.Errorf("etcdstore: corrupt %s at key %q: %w", what, key, err)
+}
+
+// writerKeys returns the fence keys of a thread's writer record.
+func (s *Store) writerKeys(thread string) fence.Keys {
+	return fence.Keys{Owner: string(s.layout.WriterOwner(thread)), Expiry: string(s.layout.WriterExpiry(thread))}
+}
+
+// ambiguous reports whether err leaves the outcome of a write unknown: etcd
+// may have applied it. Errors that etcd returns before applying anything are
+// not ambiguous.
+func ambiguous(err error) bool {
+	if err == nil {
+		return false
+	}
+	for _, definite := range []error{
+		rpctypes.ErrTooManyOps, rpctypes.ErrDuplicateKey, rpctypes.ErrRequestTooLarge,
+		rpctypes.ErrKeyNotFound, rpctypes.ErrLeaseNotFound, rpctypes.ErrCompacted, rpctypes.ErrFutureRev,
+		rpctypes.ErrPermissionDenied, rpctypes.ErrAuthFailed, rpctypes.ErrInvalidAuthToken,
+		rpctypes.ErrUserEmpty, rpctypes.ErrNoLeader, rpctypes.ErrNotCapable, rpctypes.ErrAuthOldRevision,
+	} {
+		if errors.Is(err, definite) {
+			return false
+		}
+	}
+	if st, ok := status.FromError(err); ok {
+		switch st.Code() {
+		case codes.InvalidArgument, codes.PermissionDenied, codes.Unauthenticated, codes.ResourceExhausted,
+			codes.FailedPrecondition, codes.OutOfRange, codes.NotFound, codes.AlreadyExists, codes.Unimplemented:
+			return false
+		}
+	}
+	return true
+}
+
+// UnknownOutcomeError reports a write that etcd may or may not have applied:
+// the call's context ended, or the connection failed, before etcd answered.
+// It wraps the error that ended the attempt, so errors.Is(err,
+// context.DeadlineExceeded) works.
+//
+// Retry resolves the outcome: it re-issues the same write, with the same
+// identity, under the same checks. If the first attempt landed, Retry finds it
+// and returns nil; otherwise the write is applied at most once, or fails with
+// the contract error the checks give now (for example cairn.ErrWriterLost when
+// the lease has expired meanwhile).
+type UnknownOutcomeError struct {
+	Op  string
+	Err error
+
+	retry func(ctx context.Context) error
+}
+
+func (e *UnknownOutcomeError) Error() string {
+	return fmt.Sprintf("etcdstore: outcome of %s unknown: %v", e.Op, e.Err)
+}
+
+func (e *UnknownOutcomeError) Unwrap() error { return e.Err }
+
+// Retry resolves the write; see the type's documentation.
+func (e *UnknownOutcomeError) Retry(ctx context.Context) error { return e.retry(ctx) }
+
+// ErrStagingExpired is returned when a large write's staged chunks expired
+// before the write could publish them (the staging lease could not be kept
+// alive). Nothing was written; the write can be retried.
+var ErrStagingExpired = errors.New("etcdstore: staged data expired before publication")
+
+// withTimeout bounds best-effort cleanup that must not depend on the caller's
+// context having time left.
+func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+}
