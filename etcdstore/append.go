@@ -305,7 +305,7 @@ func (op *appendOp) run(ctx context.Context) error {
 				return err
 			}
 			if ctx.Err() != nil {
-				return op.unknown(err)
+				return op.unknown(errors.Join(err, ctx.Err()))
 			}
 			lastErr = err
 			continue

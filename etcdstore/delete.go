@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -112,7 +113,7 @@ func (op *deleteHeadOp) run(ctx context.Context) error {
 				return err
 			}
 			if ctx.Err() != nil {
-				return op.unknown(err)
+				return op.unknown(errors.Join(err, ctx.Err()))
 			}
 			lastErr = err
 			continue
@@ -290,7 +291,7 @@ func (op *pruneOp) run(ctx context.Context) ([]string, error) {
 				return nil, err
 			}
 			if ctx.Err() != nil {
-				return nil, op.unknown(err)
+				return nil, op.unknown(errors.Join(err, ctx.Err()))
 			}
 			lastErr = err
 			continue

@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -189,7 +190,7 @@ func (op *forkOp) run(ctx context.Context) (*cairn.Checkpoint, error) {
 				return nil, err
 			}
 			if ctx.Err() != nil {
-				return nil, op.unknown(err)
+				return nil, op.unknown(errors.Join(err, ctx.Err()))
 			}
 			lastErr = err
 			continue

@@ -30,7 +30,7 @@ type stager struct {
 // under it, batching small values into transactions that stay within etcd's
 // default limits.
 func (s *Store) stage(ctx context.Context, vals []blob) (*stager, error) {
-	g, err := s.client.Grant(ctx, stagingTTL)
+	g, err := s.client.Grant(ctx, s.stagingTTL)
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: grant staging lease: %w", err)
 	}

@@ -40,9 +40,8 @@ const (
 	// refPartBytes bounds one reference record: a shard's digests are split
 	// into parts of at most this size.
 	refPartBytes = 256 << 10
-	// stagingTTL is the TTL, in seconds, of the etcd lease that staged keys
-	// are attached to until they are published.
-	stagingTTL = 60
+	// defaultStagingTTL is the default of Options.StagingTTL.
+	defaultStagingTTL = time.Minute
 	// attempts bounds the retries of one write after stale cached state or an
 	// unknown outcome.
 	attempts = 6
@@ -54,6 +53,11 @@ type Options struct {
 	// Logger receives the store's debug and warning messages; nil discards
 	// them.
 	Logger *slog.Logger
+	// StagingTTL is the TTL of the etcd lease that a large write's staged
+	// chunks are attached to until it publishes them; a writer that dies
+	// mid-write leaves them for at most this long (plus etcd's lease
+	// granularity). Zero selects one minute.
+	StagingTTL time.Duration
 }
 
 // Store is a cairn.Store on etcd. It is safe for concurrent use. Create it
@@ -64,6 +68,8 @@ type Store struct {
 	opts   cairn.Options
 	log    *slog.Logger
 	fences *fence.Manager
+	// stagingTTL is the TTL, in seconds, of staging leases.
+	stagingTTL int64
 
 	mu      sync.Mutex
 	threads map[string]threadState // last known thread records, by thread
@@ -97,13 +103,18 @@ func New(client *clientv3.Client, prefix string, opts Options) (*Store, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	ttl := opts.StagingTTL
+	if ttl <= 0 {
+		ttl = defaultStagingTTL
+	}
 	return &Store{
-		client:  client,
-		layout:  keys.NewLayout(prefix),
-		opts:    o,
-		log:     log,
-		fences:  fence.NewManager(client, fence.Options{TTL: o.LeaseDuration, Logger: log}),
-		threads: map[string]threadState{},
+		client:     client,
+		stagingTTL: int64(max(1, (ttl+time.Second-1)/time.Second)),
+		layout:     keys.NewLayout(prefix),
+		opts:       o,
+		log:        log,
+		fences:     fence.NewManager(client, fence.Options{TTL: o.LeaseDuration, Logger: log}),
+		threads:    map[string]threadState{},
 	}, nil
 }
 

@@ -1,0 +1,157 @@
+package etcdstore_test
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/etcdstore"
+	"github.com/cairnstore/cairn/internal/embedetcd"
+)
+
+// outcomeFixture is a store whose client fails the next KV transaction on
+// demand, before or after etcd applies it.
+type outcomeFixture struct {
+	s     *etcdstore.Store
+	f     *faults
+	lease *cairn.Lease
+	clock *clock
+}
+
+func newOutcomeFixture(t *testing.T) *outcomeFixture {
+	t.Helper()
+	srv, _ := embedetcd.ForTest(t)
+	f := &faults{method: "KV/Txn", writesOnly: true}
+	cli := faultyClient(t, srv, f)
+	clk := &clock{ms: 1000}
+	s := newStore(t, cli, "outcome/", etcdstore.Options{Options: cairn.Options{Now: clk.Now}})
+	lease, err := s.AcquireWriter(testContext(t), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &outcomeFixture{s: s, f: f, lease: lease, clock: clk}
+}
+
+// failNext fails the next transaction; applied says whether etcd applies it
+// first (its answer is lost) or never sees it. cancel, when set, runs as the
+// failure happens, as a deadline expiring during the commit would.
+func (x *outcomeFixture) failNext(applied bool, cancel func()) {
+	x.f.reset()
+	x.f.failAt.Store(1)
+	x.f.after.Store(applied)
+	x.f.onFail = cancel
+}
+
+// TestUnknownOutcomes fails the commit of each write, with its answer lost or
+// with the write never applied, while the call's context still has time (the
+// store resolves it) and after the context ended (the caller resolves it with
+// Retry). Each write must take effect exactly once.
+func TestUnknownOutcomes(t *testing.T) {
+	writes := []struct {
+		name  string
+		setup func(t *testing.T, x *outcomeFixture)
+		write func(ctx context.Context, x *outcomeFixture) error
+		want  state
+	}{
+		{
+			name: "Append",
+			write: func(ctx context.Context, x *outcomeFixture) error {
+				_, err := x.s.Append(ctx, cairn.AppendInput{Checkpoint: smallCheckpoint("c1", "t", "", "k1"), Writer: x.lease.Writer})
+				return err
+			},
+			want: state{Heads: map[string]string{"t": "c1"}, Lists: map[string][]string{"t": {"c1"}}, Refs: []cairn.BlobReference{{Key: fileKey("k1"), References: 1}}},
+		},
+		{
+			name: "DeleteHead",
+			setup: func(t *testing.T, x *outcomeFixture) {
+				mustAppend(t, x, smallCheckpoint("c1", "t", "", "k1"), "")
+				mustAppend(t, x, smallCheckpoint("c2", "t", "c1", "k1"), "c1")
+			},
+			write: func(ctx context.Context, x *outcomeFixture) error {
+				return x.s.DeleteHead(ctx, cairn.DeleteHeadInput{ThreadID: "t", CheckpointID: "c2", Writer: x.lease.Writer})
+			},
+			want: state{Heads: map[string]string{"t": "c1"}, Lists: map[string][]string{"t": {"c1"}}, Refs: []cairn.BlobReference{{Key: fileKey("k1"), References: 1}}},
+		},
+		{
+			name: "DeleteCheckpoints",
+			setup: func(t *testing.T, x *outcomeFixture) {
+				mustAppend(t, x, smallCheckpoint("c1", "t", "", "k1"), "")
+				mustAppend(t, x, smallCheckpoint("c2", "t", "c1", "k1"), "c1")
+			},
+			write: func(ctx context.Context, x *outcomeFixture) error {
+				_, err := x.s.DeleteCheckpoints(ctx, cairn.DeleteCheckpointsInput{ThreadID: "t", Keep: 1, Writer: x.lease.Writer})
+				return err
+			},
+			want: state{Heads: map[string]string{"t": "c2"}, Lists: map[string][]string{"t": {"c2"}}, Refs: []cairn.BlobReference{{Key: fileKey("k1"), References: 1}}},
+		},
+	}
+	for _, w := range writes {
+		for _, applied := range []bool{true, false} {
+			for _, byCaller := range []bool{false, true} {
+				name := w.name + map[bool]string{true: "/AnswerLost", false: "/NotApplied"}[applied] +
+					map[bool]string{true: "/ResolvedByRetry", false: "/ResolvedByStore"}[byCaller]
+				t.Run(name, func(t *testing.T) {
+					x := newOutcomeFixture(t)
+					if w.setup != nil {
+						w.setup(t, x)
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+					defer cancel()
+					if byCaller {
+						x.failNext(applied, cancel)
+					} else {
+						x.failNext(applied, nil)
+					}
+					err := w.write(ctx, x)
+					x.f.reset()
+					if byCaller {
+						var u *etcdstore.UnknownOutcomeError
+						if !errors.As(err, &u) || !errors.Is(err, context.Canceled) {
+							t.Fatalf("err = %v, want an UnknownOutcomeError wrapping context.Canceled", err)
+						}
+						if err := u.Retry(testContext(t)); err != nil {
+							t.Fatalf("Retry: %v", err)
+						}
+					} else if err != nil {
+						t.Fatalf("the store did not resolve the outcome: %v", err)
+					}
+					if got := readState(t, x.s, "t"); !reflect.DeepEqual(got, w.want) {
+						t.Fatalf("state %+v, want %+v", got, w.want)
+					}
+				})
+			}
+		}
+	}
+}
+
+func mustAppend(t *testing.T, x *outcomeFixture, c cairn.Checkpoint, expected string) {
+	t.Helper()
+	if _, err := x.s.Append(testContext(t), cairn.AppendInput{Checkpoint: c, ExpectedHeadID: expected, Writer: x.lease.Writer}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRetryAfterLeaseExpiry resolves an append that never landed after the
+// writer lease expired: the retry must not write, and must report
+// WRITER_LOST.
+func TestRetryAfterLeaseExpiry(t *testing.T) {
+	x := newOutcomeFixture(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	x.failNext(false, cancel)
+	_, err := x.s.Append(ctx, cairn.AppendInput{Checkpoint: smallCheckpoint("c1", "t", "", "k1"), Writer: x.lease.Writer})
+	x.f.reset()
+	var u *etcdstore.UnknownOutcomeError
+	if !errors.As(err, &u) {
+		t.Fatalf("err = %v, want an UnknownOutcomeError", err)
+	}
+	x.clock.Add(cairn.Millis(cairn.DefaultLeaseDuration))
+	if err := u.Retry(testContext(t)); !errors.Is(err, cairn.ErrWriterLost) {
+		t.Fatalf("Retry after expiry: %v, want WRITER_LOST", err)
+	}
+	if got := readState(t, x.s, "t"); got.Heads["t"] != "" || len(got.Refs) != 0 {
+		t.Fatalf("a retry after expiry wrote: %+v", got)
+	}
+}
