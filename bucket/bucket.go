@@ -2,6 +2,7 @@ package bucket
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"iter"
 	"time"
@@ -46,6 +47,18 @@ type KeyError struct {
 }
 
 func (e KeyError) Error() string { return fmt.Sprintf("%q: %v", e.Key, e.Err) }
+
+// MarshalJSON encodes the key error as {"key": ..., "error": "..."}.
+func (e KeyError) MarshalJSON() ([]byte, error) {
+	msg := ""
+	if e.Err != nil {
+		msg = e.Err.Error()
+	}
+	return json.Marshal(struct {
+		Key   string `json:"key"`
+		Error string `json:"error"`
+	}{e.Key, msg})
+}
 
 // DeleteResult tells exactly which keys a Delete call deleted. Every distinct
 // key given to Delete is in exactly one of the two lists.
