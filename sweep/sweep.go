@@ -1,0 +1,439 @@
+package sweep
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/bucket"
+)
+
+// The prefixes a sweep lists, in the order it lists them (byte order).
+const (
+	ArtifactPrefix = "sandbox-artifacts/"
+	FilePrefix     = "sandbox-files/"
+)
+
+// Prefixes are the two prefixes a sweep lists, in byte order.
+var Prefixes = [...]string{ArtifactPrefix, FilePrefix}
+
+// Blobs is what a sweep needs of a bucket: listing with upload times, and
+// batched deletes. *bucket.S3 and *bucket.Memory implement it.
+type Blobs interface {
+	bucket.Lister
+	bucket.Deleter
+}
+
+// References is what a sweep needs of a checkpoint store: every cairn.Store
+// has it. When the store also implements cairn.BlobReferenceWalker the sweep
+// streams the references instead.
+type References interface {
+	ListBlobReferences(ctx context.Context) ([]cairn.BlobReference, error)
+}
+
+// Options configure a sweep. OlderThan is required; the zero value of every
+// other field selects a default.
+type Options struct {
+	// OlderThan is how old an unreferenced blob must be to go: a blob is
+	// deleted only when now minus its upload time is strictly greater. It
+	// must not be negative, and should be longer than the longest capture.
+	OlderThan time.Duration
+	// Now returns the current time. Nil selects time.Now.
+	Now func() time.Time
+	// DryRun runs every step, BeforeDelete included, except the delete
+	// requests, and reports the keys it would delete as Deleted.
+	DryRun bool
+	// MaxDeletes caps the keys deleted in one run; candidates past the cap,
+	// in key order, are reported as Skipped. Zero means no cap; it must not
+	// be negative.
+	MaxDeletes int
+	// BatchSize is the number of keys per delete request, 1 to
+	// bucket.MaxDeleteKeys. Zero selects bucket.MaxDeleteKeys.
+	BatchSize int
+	// PageSize is the number of keys per listing request; zero or a value
+	// above bucket.MaxPageSize selects bucket.MaxPageSize.
+	PageSize int
+	// BeforeDelete, when set, is called before each batch is deleted (and in
+	// a dry run, where the batch is then not deleted), with the batch's keys
+	// in order; it must not keep or change the slice. When it returns an
+	// error the sweep stops without deleting that batch or any later one,
+	// reports their keys as Pending, and returns the error (matching
+	// ErrStopped). The sweeper uses it to check that it still holds its lock
+	// and to record its progress.
+	BeforeDelete func(ctx context.Context, batch []string) error
+	// Logger receives the sweep's log records. Nil discards them.
+	Logger *slog.Logger
+}
+
+// The sweep's errors, matched with errors.Is.
+var (
+	// ErrInvalidArgument: an option is out of range. Nothing was listed.
+	ErrInvalidArgument = errors.New("sweep: invalid argument")
+	// ErrStopped: the sweep stopped before it had sent every batch, because
+	// BeforeDelete returned an error or a delete request failed as a whole.
+	// The report's Pending keys were not sent.
+	ErrStopped = errors.New("sweep: stopped before the last batch")
+	// ErrIncomplete: the bucket refused to delete some keys; the report's
+	// Failed lists them with the reason for each.
+	ErrIncomplete = errors.New("sweep: some blobs were not deleted")
+)
+
+// Report tells what a sweep did. The key lists are in key order. Every
+// candidate is in exactly one of Deleted, Failed, Pending and Skipped.
+type Report struct {
+	// DryRun says the sweep sent no delete request; Deleted and BytesFreed
+	// then describe what it would have deleted.
+	DryRun bool `json:"dryRun"`
+	// Now is the time the sweep judged ages by; Cutoff is Now - OlderThan.
+	// Only blobs uploaded strictly before Cutoff can go.
+	Now    time.Time `json:"now"`
+	Cutoff time.Time `json:"cutoff"`
+
+	// Listed is the number of keys listed under the two prefixes, and
+	// ListedBytes their total size.
+	Listed      int   `json:"listed"`
+	ListedBytes int64 `json:"listedBytes"`
+	// Young is the number of listed keys kept because they are not older
+	// than OlderThan, or have no upload time.
+	Young int `json:"young"`
+	// References is the number of blob references the store reported.
+	References int `json:"references"`
+	// Referenced is the number of old-enough keys kept because a checkpoint
+	// references them.
+	Referenced int `json:"referenced"`
+	// Candidates is the number of old-enough, unreferenced keys.
+	Candidates int `json:"candidates"`
+
+	// Deleted are the keys the bucket confirmed deleted.
+	Deleted []string `json:"deleted"`
+	// BytesFreed is the listed size of the Deleted keys.
+	BytesFreed int64 `json:"bytesFreed"`
+	// Failed are the keys whose delete the bucket refused or did not
+	// confirm, with the reason.
+	Failed []bucket.KeyError `json:"failed"`
+	// Pending are candidates never sent because the sweep stopped early.
+	Pending []string `json:"pending"`
+	// Skipped are candidates past MaxDeletes.
+	Skipped []string `json:"skipped"`
+	// Batches is the number of batches sent (or, in a dry run, passed over).
+	Batches int `json:"batches"`
+
+	// ListDuration, ReferencesDuration and DeleteDuration time the three
+	// phases; Duration the whole sweep.
+	ListDuration       time.Duration `json:"listDuration"`
+	ReferencesDuration time.Duration `json:"referencesDuration"`
+	DeleteDuration     time.Duration `json:"deleteDuration"`
+	Duration           time.Duration `json:"duration"`
+}
+
+// LogValue summarises the report, with counts instead of key lists.
+func (r Report) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.Bool("dry_run", r.DryRun),
+		slog.Time("cutoff", r.Cutoff),
+		slog.Int("listed", r.Listed),
+		slog.Int64("listed_bytes", r.ListedBytes),
+		slog.Int("young", r.Young),
+		slog.Int("references", r.References),
+		slog.Int("referenced", r.Referenced),
+		slog.Int("candidates", r.Candidates),
+		slog.Int("deleted", len(r.Deleted)),
+		slog.Int64("bytes_freed", r.BytesFreed),
+		slog.Int("failed", len(r.Failed)),
+		slog.Int("pending", len(r.Pending)),
+		slog.Int("skipped", len(r.Skipped)),
+		slog.Int("batches", r.Batches),
+		slog.Duration("duration", r.Duration),
+	)
+}
+
+// candidate is a listed key old enough to delete.
+type candidate struct {
+	key        string
+	size       int64
+	referenced bool
+}
+
+// validate checks the options and applies the defaults.
+func (o Options) validate() (Options, error) {
+	bad := func(format string, args ...any) (Options, error) {
+		return o, fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)
+	}
+	switch {
+	case o.OlderThan < 0:
+		return bad("OlderThan must not be negative, got %v", o.OlderThan)
+	case o.MaxDeletes < 0:
+		return bad("MaxDeletes must not be negative, got %d", o.MaxDeletes)
+	case o.BatchSize < 0 || o.BatchSize > bucket.MaxDeleteKeys:
+		return bad("BatchSize must be between 1 and %d, got %d", bucket.MaxDeleteKeys, o.BatchSize)
+	case o.PageSize < 0:
+		return bad("PageSize must not be negative, got %d", o.PageSize)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.BatchSize == 0 {
+		o.BatchSize = bucket.MaxDeleteKeys
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return o, nil
+}
+
+// Sweep deletes the blobs under sandbox-files/ and sandbox-artifacts/ that no
+// checkpoint references and that are older than opts.OlderThan, and returns
+// what it did; Report.Deleted are the deleted keys. The steps, in order:
+//
+//  1. Check the options: a negative OlderThan, MaxDeletes, BatchSize or
+//     PageSize, or a BatchSize above 1000, returns an error matching
+//     ErrInvalidArgument before anything is listed.
+//  2. Take now from opts.Now.
+//  3. List both prefixes. A listing error aborts the sweep before any delete.
+//  4. Read the store's references. An error aborts the sweep before any
+//     delete.
+//  5. Delete the candidates in key order, in batches of opts.BatchSize keys,
+//     calling opts.BeforeDelete before each.
+//
+// The report is filled as far as the sweep got, also when it returns an
+// error. A BeforeDelete error or a delete request that failed as a whole stops
+// the sweep with an error matching ErrStopped (and the cause); keys the bucket
+// refused one by one give an error matching ErrIncomplete after the other
+// batches are done. When ctx ends during the listing, the references or
+// between batches, the context error is returned as it is.
+func Sweep(ctx context.Context, refs References, blobs Blobs, opts Options) (Report, error) {
+	began := time.Now()
+	var rep Report
+	opts, err := opts.validate()
+	if err != nil {
+		return rep, err
+	}
+	s := &sweeper{refs: refs, blobs: blobs, opts: opts, log: opts.Logger, rep: &rep, began: began}
+	err = s.run(ctx)
+	rep.Duration = time.Since(began)
+	return rep, err
+}
+
+type sweeper struct {
+	refs  References
+	blobs Blobs
+	opts  Options
+	log   *slog.Logger
+	rep   *Report
+	began time.Time
+}
+
+func (s *sweeper) run(ctx context.Context) error {
+	rep := s.rep
+	rep.DryRun = s.opts.DryRun
+	rep.Now = s.opts.Now()
+	rep.Cutoff = rep.Now.Add(-s.opts.OlderThan)
+	s.log.InfoContext(ctx, "sweep started", "phase", "start", "older_than", s.opts.OlderThan,
+		"now", rep.Now, "cutoff", rep.Cutoff, "dry_run", s.opts.DryRun, "max_deletes", s.opts.MaxDeletes)
+
+	t := time.Now()
+	cands, err := s.list(ctx)
+	rep.ListDuration = time.Since(t)
+	if err != nil {
+		s.log.ErrorContext(ctx, "sweep aborted: listing failed, nothing deleted", "phase", "list", "error", err)
+		return err
+	}
+	s.log.InfoContext(ctx, "bucket listed", "phase", "list", "listed", rep.Listed, "young", rep.Young,
+		"old", len(cands), "duration", rep.ListDuration)
+
+	t = time.Now()
+	err = s.markReferenced(ctx, cands)
+	rep.ReferencesDuration = time.Since(t)
+	if err != nil {
+		s.log.ErrorContext(ctx, "sweep aborted: reading references failed, nothing deleted", "phase", "references", "error", err)
+		return err
+	}
+	s.log.InfoContext(ctx, "references read", "phase", "references", "references", rep.References,
+		"referenced", rep.Referenced, "duration", rep.ReferencesDuration)
+
+	t = time.Now()
+	err = s.delete(ctx, cands)
+	rep.DeleteDuration = time.Since(t)
+	rep.Duration = time.Since(s.began)
+	level := slog.LevelInfo
+	if err != nil {
+		level = slog.LevelError
+	}
+	s.log.Log(ctx, level, "sweep finished", "phase", "done", "report", *rep, "error", err)
+	return err
+}
+
+// list lists both prefixes and returns the keys old enough to delete, sorted
+// and without repeats.
+func (s *sweeper) list(ctx context.Context) ([]candidate, error) {
+	var cands []candidate
+	for _, prefix := range Prefixes {
+		for o, err := range bucket.Objects(ctx, s.blobs, prefix, s.opts.PageSize) {
+			if err != nil {
+				return nil, wrap(err, "sweep: list %q (nothing deleted)", prefix)
+			}
+			if !strings.HasPrefix(o.Key, prefix) {
+				return nil, fmt.Errorf("sweep: list %q (nothing deleted): the bucket listed %q, outside the prefix", prefix, o.Key)
+			}
+			s.rep.Listed++
+			s.rep.ListedBytes += o.Size
+			// Strictly older than OlderThan; a key without an upload time
+			// cannot be judged and stays.
+			if o.UploadedAt.IsZero() || s.rep.Now.Sub(o.UploadedAt) <= s.opts.OlderThan {
+				s.rep.Young++
+				continue
+			}
+			cands = append(cands, candidate{key: o.Key, size: o.Size})
+		}
+	}
+	slices.SortFunc(cands, func(a, b candidate) int { return strings.Compare(a.key, b.key) })
+	cands = slices.CompactFunc(cands, func(a, b candidate) bool { return a.key == b.key })
+	return cands, nil
+}
+
+// markReferenced reads the store's references and marks the candidates they
+// name, streaming them when the store can.
+func (s *sweeper) markReferenced(ctx context.Context, cands []candidate) error {
+	mark := func(r cairn.BlobReference) error {
+		s.rep.References++
+		i, found := slices.BinarySearchFunc(cands, r.Key, func(c candidate, k string) int { return strings.Compare(c.key, k) })
+		if found && !cands[i].referenced {
+			cands[i].referenced = true
+			s.rep.Referenced++
+		}
+		return nil
+	}
+	if w, ok := s.refs.(cairn.BlobReferenceWalker); ok {
+		if err := w.WalkBlobReferences(ctx, mark); err != nil {
+			return wrap(err, "sweep: walk blob references (nothing deleted)")
+		}
+		return nil
+	}
+	list, err := s.refs.ListBlobReferences(ctx)
+	if err != nil {
+		return wrap(err, "sweep: list blob references (nothing deleted)")
+	}
+	for _, r := range list {
+		_ = mark(r)
+	}
+	return nil
+}
+
+// delete deletes the unreferenced candidates, batch by batch.
+func (s *sweeper) delete(ctx context.Context, cands []candidate) error {
+	rep := s.rep
+	var todo []int // indexes of unreferenced candidates
+	for i := range cands {
+		if !cands[i].referenced {
+			todo = append(todo, i)
+		}
+	}
+	rep.Candidates = len(todo)
+	if s.opts.MaxDeletes > 0 && len(todo) > s.opts.MaxDeletes {
+		for _, i := range todo[s.opts.MaxDeletes:] {
+			rep.Skipped = append(rep.Skipped, cands[i].key)
+		}
+		s.log.WarnContext(ctx, "more candidates than MaxDeletes; the rest are skipped", "phase", "delete",
+			"candidates", len(todo), "max_deletes", s.opts.MaxDeletes, "skipped", len(rep.Skipped))
+		todo = todo[:s.opts.MaxDeletes]
+	}
+	pending := func(from int) {
+		for _, i := range todo[from:] {
+			rep.Pending = append(rep.Pending, cands[i].key)
+		}
+	}
+	var stopErr error
+	for start := 0; start < len(todo); start += s.opts.BatchSize {
+		idx := todo[start:min(start+s.opts.BatchSize, len(todo))]
+		batch := make([]string, len(idx))
+		for j, i := range idx {
+			batch[j] = cands[i].key
+		}
+		if err := ctx.Err(); err != nil {
+			pending(start)
+			stopErr = err
+			break
+		}
+		if s.opts.BeforeDelete != nil {
+			if err := s.opts.BeforeDelete(ctx, batch); err != nil {
+				pending(start)
+				stopErr = fmt.Errorf("%w: BeforeDelete refused a batch of %d keys: %w", ErrStopped, len(batch), err)
+				s.log.WarnContext(ctx, "BeforeDelete stopped the sweep", "phase", "delete", "batch", rep.Batches, "keys", len(batch), "error", err)
+				break
+			}
+		}
+		rep.Batches++
+		if s.opts.DryRun {
+			for _, i := range idx {
+				rep.Deleted = append(rep.Deleted, cands[i].key)
+				rep.BytesFreed += cands[i].size
+			}
+			s.log.InfoContext(ctx, "batch not deleted: dry run", "phase", "delete", "batch", rep.Batches, "keys", len(batch), "dry_run", true)
+			continue
+		}
+		res, err := s.blobs.Delete(ctx, batch)
+		s.record(ctx, cands, idx, res)
+		if err != nil && !errors.Is(err, bucket.ErrPartialDelete) {
+			pending(start + len(idx))
+			stopErr = fmt.Errorf("%w: a delete request failed: %w", ErrStopped, err)
+			s.log.ErrorContext(ctx, "delete request failed; sweep stopped", "phase", "delete", "batch", rep.Batches, "keys", len(batch), "error", err)
+			break
+		}
+	}
+	if len(rep.Failed) > 0 {
+		incomplete := fmt.Errorf("%w: %d of %d keys; the first %v", ErrIncomplete, len(rep.Failed), rep.Candidates, rep.Failed[0])
+		return errors.Join(stopErr, incomplete)
+	}
+	return stopErr
+}
+
+// record adds one batch's delete result to the report: each key of the batch
+// is deleted or failed, whatever the bucket reported.
+func (s *sweeper) record(ctx context.Context, cands []candidate, idx []int, res bucket.DeleteResult) {
+	rep := s.rep
+	outcome := make(map[string]error, len(idx))
+	for _, k := range res.Deleted {
+		outcome[k] = nil
+	}
+	for _, f := range res.Failed {
+		outcome[f.Key] = f.Err
+		if f.Err == nil {
+			outcome[f.Key] = errors.New("the bucket reported a failure without a reason")
+		}
+	}
+	deleted := 0
+	for _, i := range idx {
+		c := &cands[i]
+		err, seen := outcome[c.key]
+		switch {
+		case !seen:
+			err = errors.New("the bucket did not report this key")
+		case err == nil:
+			rep.Deleted = append(rep.Deleted, c.key)
+			rep.BytesFreed += c.size
+			deleted++
+			continue
+		}
+		rep.Failed = append(rep.Failed, bucket.KeyError{Key: c.key, Err: err})
+		s.log.WarnContext(ctx, "blob not deleted", "phase", "delete", "blob", c.key, "error", err)
+	}
+	s.log.InfoContext(ctx, "batch deleted", "phase", "delete", "batch", rep.Batches, "keys", len(idx),
+		"deleted", deleted, "failed", len(idx)-deleted)
+}
+
+// wrap adds context to err, except that context errors are returned as they
+// are.
+func wrap(err error, format string, args ...any) error {
+	for _, ce := range []error{context.Canceled, context.DeadlineExceeded} {
+		if errors.Is(err, ce) {
+			return ce
+		}
+	}
+	return fmt.Errorf(format+": %w", append(args, err)...)
+}
