@@ -296,6 +296,8 @@ func (e *Entry) UnmarshalJSON(data []byte) error {
 			e.decodeProblem = firstProblem(e.decodeProblem, "entry size is not a non-negative safe integer")
 		}
 		e.Size = n
+	} else if e.Kind == KindFile {
+		e.decodeProblem = firstProblem(e.decodeProblem, "file entry has no size")
 	}
 	return nil
 }
@@ -344,9 +346,11 @@ func decodeString(raw json.RawMessage, dst *string) bool {
 	return json.Unmarshal(raw, dst) == nil
 }
 
+// decodeFloat accepts a JSON number. Null is not a number, although
+// encoding/json would decode it into a float64 as a no-op.
 func decodeFloat(raw json.RawMessage) (float64, bool) {
 	var f float64
-	if raw == nil || json.Unmarshal(raw, &f) != nil {
+	if raw == nil || isJSONNull(raw) || json.Unmarshal(raw, &f) != nil {
 		return 0, false
 	}
 	return f, true
