@@ -1,0 +1,34 @@
+package bucket_test
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/cairnstore/cairn/bucket"
+)
+
+// ExampleUploadBlobs stores the blobs of a capture once each and reads one
+// back verified.
+func ExampleUploadBlobs() {
+	ctx := context.Background()
+	b := bucket.NewMemory(nil)
+	hello := bucket.FileBlob([]byte("hello"))
+	res, err := bucket.UploadBlobs(ctx, b, []bucket.Blob{hello, hello, bucket.ArtifactBlob([]byte("hello"))})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(hello.Key)
+	fmt.Println(len(res.Uploaded), "uploaded")
+
+	res, _ = bucket.UploadBlobs(ctx, b, []bucket.Blob{hello})
+	fmt.Println(len(res.Present), "already present")
+
+	data, err := bucket.ReadBlob(ctx, b, hello.Key)
+	fmt.Println(string(data), err)
+	// Output:
+	// sandbox-files/sha256/2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824
+	// 2 uploaded
+	// 1 already present
+	// hello <nil>
+}
