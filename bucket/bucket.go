@@ -46,6 +46,7 @@ type KeyError struct {
 	Err error
 }
 
+// Error names the key and its reason.
 func (e KeyError) Error() string { return fmt.Sprintf("%q: %v", e.Key, e.Err) }
 
 // MarshalJSON encodes the key error as {"key": ..., "error": "..."}.
@@ -199,4 +200,5 @@ func distinct(keys []string) []string {
 
 type errString string
 
+// Error returns the message.
 func (e errString) Error() string { return string(e) }

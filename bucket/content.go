@@ -60,6 +60,8 @@ type BlobError struct {
 	Err error
 }
 
+// Error names the blob, the kind of problem and, for a mismatch, the digest
+// of the bytes read.
 func (e *BlobError) Error() string {
 	msg := fmt.Sprintf("bucket: blob %q: %v", e.Key, e.Kind)
 	if e.Digest != "" {

@@ -57,6 +57,8 @@ type Error struct {
 	Err error
 }
 
+// Error describes the failure: the operation, the key, the kind, the
+// server's code and the cause.
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString("bucket: ")

@@ -14,11 +14,13 @@ import (
 	"github.com/cairnstore/cairn/sweep"
 )
 
-func s3Bucket(t *testing.T, srv *s3test.Server) *bucket.S3 {
+// s3Bucket opens an S3 bucket on srv. maxAttempts 1 makes injected server
+// errors fail at once; 0 keeps the SDK's retries.
+func s3Bucket(t *testing.T, srv *s3test.Server, maxAttempts int) *bucket.S3 {
 	t.Helper()
 	b, err := bucket.NewS3(t.Context(), bucket.Config{
 		Endpoint: srv.Endpoint, Region: srv.Region, Bucket: srv.Bucket, PathStyle: true,
-		AccessKeyID: srv.AccessKeyID, SecretAccessKey: srv.SecretAccessKey, MaxAttempts: 1,
+		AccessKeyID: srv.AccessKeyID, SecretAccessKey: srv.SecretAccessKey, MaxAttempts: maxAttempts,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +88,7 @@ func newScenario(n int) sweepScenario {
 func TestSweepOnGofakes3(t *testing.T) {
 	t.Run("Rules", func(t *testing.T) {
 		fake := s3test.StartFake(t, s3test.FakeOptions{Start: now.Add(-3 * time.Hour)})
-		b := s3Bucket(t, &fake.Server)
+		b := s3Bucket(t, &fake.Server, 1)
 		sc := newScenario(2100)
 		putAll(t, b, slices.Concat(sc.old, sc.referenced, sc.outside))
 		fake.Clock.Set(now.Add(-time.Hour)) // exactly OlderThan: kept
@@ -112,7 +114,7 @@ func TestSweepOnGofakes3(t *testing.T) {
 	})
 	t.Run("PerKeyFailure", func(t *testing.T) {
 		fake := s3test.StartFake(t, s3test.FakeOptions{Start: now.Add(-3 * time.Hour)})
-		b := s3Bucket(t, &fake.Server)
+		b := s3Bucket(t, &fake.Server, 1)
 		sc := newScenario(10)
 		putAll(t, b, sc.old)
 		bad := sorted(sc.old...)[4]
@@ -130,7 +132,7 @@ func TestSweepOnGofakes3(t *testing.T) {
 	})
 	t.Run("ListFailureDeletesNothing", func(t *testing.T) {
 		fake := s3test.StartFake(t, s3test.FakeOptions{Start: now.Add(-3 * time.Hour)})
-		b := s3Bucket(t, &fake.Server)
+		b := s3Bucket(t, &fake.Server, 1)
 		putAll(t, b, newScenario(10).old)
 		fake.FailList(true)
 		rep, err := sweep.Sweep(t.Context(), &fakeRefs{ev: &events{}}, b, sweep.Options{OlderThan: time.Hour, Now: func() time.Time { return now }})
@@ -140,7 +142,7 @@ func TestSweepOnGofakes3(t *testing.T) {
 	})
 	t.Run("InvalidOlderThanListsNothing", func(t *testing.T) {
 		fake := s3test.StartFake(t, s3test.FakeOptions{})
-		b := s3Bucket(t, &fake.Server)
+		b := s3Bucket(t, &fake.Server, 1)
 		_, err := sweep.Sweep(t.Context(), &fakeRefs{ev: &events{}}, b, sweep.Options{OlderThan: -time.Millisecond})
 		if !errors.Is(err, sweep.ErrInvalidArgument) || fake.ListCalls() != 0 {
 			t.Fatalf("Sweep(OlderThan<0) = %v after %d list calls; want ErrInvalidArgument and none", err, fake.ListCalls())
@@ -152,7 +154,7 @@ func TestSweepOnGofakes3(t *testing.T) {
 // clock for the upload times.
 func TestSweepOnVersityGW(t *testing.T) {
 	srv := s3test.StartVersityGW(t)
-	b := s3Bucket(t, srv)
+	b := s3Bucket(t, srv, 0)
 	sc := newScenario(2100)
 	putAll(t, b, slices.Concat(sc.old, sc.referenced, sc.outside))
 	// versitygw stamps upload times to the second; make the young keys a
@@ -208,7 +210,7 @@ func TestSweepOnVersityGW(t *testing.T) {
 // TestRunOnVersityGW runs the user's order end to end on a real S3 server:
 // captures upload blobs and append checkpoints, then Run prunes and sweeps.
 func TestRunOnVersityGW(t *testing.T) {
-	b := s3Bucket(t, s3test.StartVersityGW(t))
+	b := s3Bucket(t, s3test.StartVersityGW(t), 0)
 	store := newStore(t)
 	c := &capturer{store: store, blobs: b}
 	c.capture(t, "t1", []string{"v1", "common"}, []string{"report-1"})

@@ -57,7 +57,8 @@ type Fake struct {
 }
 
 // StartFake starts a gofakes3 server on 127.0.0.1 with an empty bucket
-// BucketName and closes it in t.Cleanup.
+// BucketName and closes it in t.Cleanup. It fails the test when the bucket
+// cannot be created.
 func StartFake(t testing.TB, opts FakeOptions) *Fake {
 	t.Helper()
 	start := opts.Start
@@ -125,7 +126,8 @@ func (f *Fake) ListCalls() int {
 	return f.b.listCalls
 }
 
-// Keys returns every key in the bucket, sorted.
+// Keys returns every key in the bucket, sorted, read from the backend without
+// a request. It fails the test when the backend cannot list.
 func (f *Fake) Keys(t testing.TB) []string {
 	t.Helper()
 	var keys []string
