@@ -113,7 +113,7 @@ func startProcess(bin string, args []string) (*process, error) {
 	cmd.Stdout = out
 	cmd.Stderr = out
 	// Kill the server if the test binary dies without running its cleanups.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = childProcAttr()
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -195,19 +195,6 @@ func freeAddr() (string, error) {
 	}
 	defer l.Close()
 	return "127.0.0.1:" + strconv.Itoa(l.Addr().(*net.TCPAddr).Port), nil
-}
-
-// supportsUserXattrs reports whether files in dir take user extended
-// attributes.
-func supportsUserXattrs(dir string) bool {
-	f, err := os.CreateTemp(dir, "xattr-probe-")
-	if err != nil {
-		return false
-	}
-	name := f.Name()
-	f.Close()
-	defer os.Remove(name)
-	return syscall.Setxattr(name, "user.cairn.probe", []byte("1"), 0) == nil
 }
 
 var (
