@@ -36,11 +36,7 @@ func (s *Store) Append(ctx context.Context, in cairn.AppendInput) (cairn.AppendR
 	if err := cairn.CheckAppendInput(&in); err != nil {
 		return cairn.AppendResult{}, err
 	}
-	body, err := encodeCheckpoint(&in.Checkpoint)
-	if err != nil {
-		return cairn.AppendResult{}, err
-	}
-	w := &newCheckpoint{c: &in.Checkpoint, body: body}
+	w := &newCheckpoint{c: &in.Checkpoint, body: encodeCheckpoint(&in.Checkpoint)}
 	w.refs, w.mask = refParts(&in.Checkpoint)
 	if err := w.checkSize(); err != nil {
 		return cairn.AppendResult{}, err

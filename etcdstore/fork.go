@@ -14,13 +14,20 @@ import (
 	"github.com/cairnstore/cairn/keys"
 )
 
-// transcriptRec is the value of a transcript record: the transcript itself,
-// or the description of its staged chunks.
+// transcriptRec describes a transcript kept in chunks. The value of a
+// transcript record is 'i' followed by the transcript itself, byte for byte,
+// or 'c' followed by a transcriptRec in JSON.
 type transcriptRec struct {
-	Inline json.RawMessage `json:"inline,omitempty"`
-	Nonce  string          `json:"nonce,omitempty"`
-	Chunks int             `json:"chunks,omitempty"`
-	Size   int             `json:"size"`
+	Nonce  string `json:"nonce"`
+	Chunks int    `json:"chunks"`
+	Size   int    `json:"size"`
+}
+
+func inlineTranscript(b []byte) string { return "i" + string(b) }
+
+func chunkedTranscript(r transcriptRec) string {
+	v, _ := json.Marshal(r)
+	return "c" + string(v)
 }
 
 // transcriptInline is the largest transcript stored in its record.
@@ -135,10 +142,7 @@ func (op *forkOp) run(ctx context.Context) (*cairn.Checkpoint, error) {
 		}
 		root := cairn.ForkRoot(src, in)
 		op.root = &root
-		body, err := encodeCheckpoint(&root)
-		if err != nil {
-			return nil, err
-		}
+		body := encodeCheckpoint(&root)
 		w := &newCheckpoint{c: &root, body: body}
 		w.refs, w.mask = refParts(&root)
 		transcript := []byte(root.Conversation)
@@ -147,12 +151,10 @@ func (op *forkOp) run(ctx context.Context) (*cairn.Checkpoint, error) {
 		}
 		seq := destSt.rec.LastSeq + 1
 		vals := s.blobs(w, dest, seq, op.nonce)
-		trec := transcriptRec{Size: len(transcript)}
-		if len(transcript) <= transcriptInline {
-			trec.Inline = transcript
-		} else {
+		tv := inlineTranscript(transcript)
+		if len(transcript) > transcriptInline {
 			tvals := chunks(transcript, func(i int) []byte { return s.layout.TranscriptChunk(dest, op.nonce, i) })
-			trec.Nonce, trec.Chunks = op.nonce.String(), len(tvals)
+			tv = chunkedTranscript(transcriptRec{Nonce: op.nonce.String(), Chunks: len(tvals), Size: len(transcript)})
 			vals = append(vals, tvals...)
 		}
 		nChunks := (len(body) + ChunkSize - 1) / ChunkSize
@@ -163,7 +165,7 @@ func (op *forkOp) run(ctx context.Context) (*cairn.Checkpoint, error) {
 			return nil, cairn.NewError(cairn.CodeInvalidEntry, "checkpoint %q is too large to fork in one transaction", in.SourceCheckpointID)
 		}
 		var writes []clientv3.Op
-		if opBytes(vals)+len(trec.Inline) > inlineBudget {
+		if opBytes(vals)+len(tv) > inlineBudget {
 			staging.abort(ctx)
 			if staging, err = s.stage(ctx, vals); err != nil {
 				staging = nil
@@ -173,9 +175,8 @@ func (op *forkOp) run(ctx context.Context) (*cairn.Checkpoint, error) {
 		} else {
 			writes = puts(vals)
 		}
-		tv, _ := json.Marshal(trec)
 		ops := append(s.records(w, destSt, seq, op.nonce, nChunks), writes...)
-		ops = append(ops, clientv3.OpPut(string(s.layout.Transcript(dest)), string(tv)))
+		ops = append(ops, clientv3.OpPut(string(s.layout.Transcript(dest)), tv))
 		cmps := append(fence.Guard(wk, in.Writer.OwnerToken, in.Writer.Fence, now),
 			s.threadCmp(dest, destSt),
 			clientv3.Compare(clientv3.CreateRevision(string(s.layout.Transcript(dest))), "=", 0),
@@ -244,12 +245,15 @@ func (t transcripts) LoadThread(ctx context.Context, threadID string) (json.RawM
 	if kv == nil {
 		return json.RawMessage("[]"), nil
 	}
-	var rec transcriptRec
-	if err := json.Unmarshal(kv.Value, &rec); err != nil {
-		return nil, corrupt("transcript record", kv.Key, err)
+	if len(kv.Value) > 0 && kv.Value[0] == 'i' {
+		return kv.Value[1:], nil
 	}
-	if rec.Chunks == 0 {
-		return rec.Inline, nil
+	var rec transcriptRec
+	if len(kv.Value) == 0 || kv.Value[0] != 'c' {
+		return nil, corrupt("transcript record", kv.Key, errCodec)
+	}
+	if err := json.Unmarshal(kv.Value[1:], &rec); err != nil {
+		return nil, corrupt("transcript record", kv.Key, err)
 	}
 	nonce, err := parseNonce(rec.Nonce)
 	if err != nil {
@@ -287,8 +291,7 @@ func (t transcripts) SaveThread(ctx context.Context, threadID string, messages j
 	all := s.layout.TranscriptChunks(threadID)
 	recKey := string(s.layout.Transcript(threadID))
 	if len(messages) <= transcriptInline {
-		v, _ := json.Marshal(transcriptRec{Inline: messages, Size: len(messages)})
-		_, err := s.client.Txn(ctx).Then(clientv3.OpPut(recKey, string(v)), deletePrefix(all)).Commit()
+		_, err := s.client.Txn(ctx).Then(clientv3.OpPut(recKey, inlineTranscript(messages)), deletePrefix(all)).Commit()
 		return err
 	}
 	nonce := newNonce()
@@ -301,8 +304,8 @@ func (t transcripts) SaveThread(ctx context.Context, threadID string, messages j
 		return err
 	}
 	mine := s.layout.TranscriptWriteChunks(threadID, nonce)
-	v, _ := json.Marshal(transcriptRec{Nonce: nonce.String(), Chunks: len(vals), Size: len(messages)})
-	ops := append(detach(vals), clientv3.OpPut(recKey, string(v)),
+	v := chunkedTranscript(transcriptRec{Nonce: nonce.String(), Chunks: len(vals), Size: len(messages)})
+	ops := append(detach(vals), clientv3.OpPut(recKey, v),
 		deleteRange(all, mine), deleteRange(keys.PrefixEnd(mine), keys.PrefixEnd(all)))
 	if _, err := s.client.Txn(ctx).Then(ops...).Commit(); err != nil {
 		stg.abort(ctx)

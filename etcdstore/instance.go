@@ -2,7 +2,6 @@ package etcdstore
 
 import (
 	"context"
-	"encoding/json"
 
 	"github.com/cairnstore/cairn"
 )
@@ -24,8 +23,8 @@ func (i instances) Get(ctx context.Context, key string) (*cairn.InstanceRecord, 
 	if kv == nil {
 		return nil, nil
 	}
-	var rec cairn.InstanceRecord
-	if err := json.Unmarshal(kv.Value, &rec); err != nil {
+	rec, err := decodeInstance(kv.Value)
+	if err != nil {
 		return nil, corrupt("instance record", kv.Key, err)
 	}
 	return &rec, nil
@@ -33,11 +32,7 @@ func (i instances) Get(ctx context.Context, key string) (*cairn.InstanceRecord, 
 
 // Upsert implements cairn.InstanceStore.
 func (i instances) Upsert(ctx context.Context, rec cairn.InstanceRecord) error {
-	v, err := json.Marshal(rec)
-	if err != nil {
-		return err
-	}
-	_, err = i.s.client.Put(ctx, string(i.s.layout.Instance(rec.Key)), string(v))
+	_, err := i.s.client.Put(ctx, string(i.s.layout.Instance(rec.Key)), string(encodeInstance(&rec)))
 	return err
 }
 

@@ -1,0 +1,32 @@
+package etcdstore_test
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/conformance"
+	"github.com/cairnstore/cairn/etcdstore"
+	"github.com/cairnstore/cairn/internal/embedetcd"
+)
+
+// TestConformance runs every suite of package conformance against the store
+// on one embedded etcd member with default limits, each case under a prefix of
+// its own.
+func TestConformance(t *testing.T) {
+	_, cli := embedetcd.ForTest(t)
+	var n atomic.Int64
+	newStore := func(t *testing.T, opts cairn.Options) *etcdstore.Store {
+		return newStore(t, cli, fmt.Sprintf("case-%d/", n.Add(1)), etcdstore.Options{Options: opts})
+	}
+	storeFactory := func(t *testing.T, opts cairn.Options) cairn.Store { return newStore(t, opts) }
+	conformance.RunStoreTests(t, storeFactory)
+	conformance.RunPruneTests(t, storeFactory)
+	conformance.RunThreadListerTests(t, storeFactory)
+	conformance.RunBlobReferenceWalkerTests(t, storeFactory)
+	conformance.RunForkTests(t, func(t *testing.T, opts cairn.Options) conformance.ForkStore { return newStore(t, opts) })
+	conformance.RunInstanceStoreTests(t, func(t *testing.T) cairn.InstanceStore {
+		return newStore(t, cairn.Options{}).Instances()
+	})
+}
