@@ -9,3 +9,11 @@ func SetCaseTimeout(d time.Duration) (restore func()) {
 	caseTimeout = d
 	return func() { caseTimeout = old }
 }
+
+// SetHangGrace sets how long the watchdog waits, after cancelling the context
+// of a case, before it panics; it returns a function that restores it.
+func SetHangGrace(d time.Duration) (restore func()) {
+	old := hangGrace
+	hangGrace = d
+	return func() { hangGrace = old }
+}

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -411,6 +412,25 @@ func forkBehaviourCases() []storeCase {
 func transcriptCases() []storeCase {
 	ts := func(e *env) cairn.TranscriptStore { return e.fork.Transcripts() }
 	return []storeCase{
+		{"Context/Canceled", func(e *env) {
+			e.mustAppend(sourceRoot(), "")
+			ctx, cancel := context.WithCancel(e.ctx)
+			cancel()
+			in := e.forkInput()
+			e.note(destination, in.DestinationCheckpointID)
+			e.fails("ForkFromCheckpoint with a cancelled context", context.Canceled, func() error {
+				_, err := e.fork.ForkFromCheckpoint(ctx, in)
+				return err
+			})
+			e.fails("LoadThread with a cancelled context", context.Canceled, func() error {
+				_, err := ts(e).LoadThread(ctx, source)
+				return err
+			})
+			e.fails("SaveThread with a cancelled context", context.Canceled, func() error {
+				return ts(e).SaveThread(ctx, destination, json.RawMessage("[]"))
+			})
+			e.mustFork(in)
+		}},
 		{"Transcripts/UnknownThreadIsEmptyList", func(e *env) {
 			if tr := e.transcript("unknown"); tr != "[]" {
 				e.t.Errorf("LoadThread(unknown) = %s, want []", tr)

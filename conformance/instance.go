@@ -163,6 +163,30 @@ func instanceCases() []instanceCase {
 				e.expect(k, &rec)
 			}
 		}},
+		{"Context/Canceled", func(e *instanceEnv) {
+			// A store need not fail with an ended context, but when it fails,
+			// the error is the context's, and a failed Upsert or Delete
+			// changes nothing.
+			kept := record()
+			e.upsert(kept)
+			ctx, cancel := context.WithCancel(e.ctx)
+			cancel()
+			other := record()
+			other.ProviderSandboxID = "other"
+			if err := e.s.Upsert(ctx, other); err != nil {
+				expectErr(e.t, "Upsert with a cancelled context", err, context.Canceled)
+				e.expect(kept.Key, &kept)
+			}
+			if err := e.s.Delete(ctx, kept.Key); err != nil {
+				expectErr(e.t, "Delete with a cancelled context", err, context.Canceled)
+				if e.get(kept.Key) == nil {
+					e.t.Error("a failed Delete removed the record")
+				}
+			}
+			if _, err := e.s.Get(ctx, kept.Key); err != nil {
+				expectErr(e.t, "Get with a cancelled context", err, context.Canceled)
+			}
+		}},
 		{"ConcurrentUpserts", func(e *instanceEnv) {
 			errs := raceInstances(e, 12)
 			for i, err := range errs {

@@ -24,7 +24,7 @@ type mutant struct {
 	name     string
 	run      func(t *testing.T) // runs the suites against the mutant
 	caughtBy []string           // subtest names under TestMutantSubject, any of which must fail
-	timeout  time.Duration      // the watchdog of each case, when not the default
+	timeout  time.Duration      // the watchdog of each case and its grace, when not the defaults
 }
 
 // faultyStores runs every checkpoint-store suite against the faulty store
@@ -98,6 +98,7 @@ var mutants = []mutant{
 	{"RenewRevivesExpired", faultyStores(faulty.Faults{RenewRevivesExpired: true}), []string{"Store/Lease/ExpiredLeaseCannotBeRevived"}, 0},
 	{"ConflictBumpsFence", faultyStores(faulty.Faults{ConflictBumpsFence: true}), []string{"Store/Lease/ConflictLeavesHolder"}, 0},
 	{"AcquireWaits", faultyStores(faulty.Faults{AcquireWaits: true}), []string{"Store/CC-12/OneWriterPerThread"}, time.Second},
+	{"AcquireHangs", faultyStores(faulty.Faults{AcquireHangs: true}), []string{"Store/CC-12/OneWriterPerThread"}, time.Second},
 	{"RenewByThread", faultyStores(faulty.Faults{RenewByThread: true}), []string{"Store/Lease/RenewOfReplacedLeaseLeavesReplacement"}, 0},
 	// DeleteHead and pruning.
 	{"DanglingHeadAfterPrune", faultyStores(faulty.Faults{DanglingHeadAfterPrune: true}), []string{"Prune/DeleteHeadAfterPruneLeavesNoHead"}, 0},
@@ -159,11 +160,13 @@ func TestMutantSubject(t *testing.T) {
 	}
 	if d := mutants[i].timeout; d > 0 {
 		defer conformance.SetCaseTimeout(d)()
+		defer conformance.SetHangGrace(d)()
 	}
 	mutants[i].run(t)
 }
 
-var failLine = regexp.MustCompile(`--- FAIL: TestMutantSubject/(\S+)`)
+// A case fails with a FAIL line, or, when it hangs, with the watchdog's panic.
+var failLine = regexp.MustCompile(`--- FAIL: TestMutantSubject/(\S+)|conformance: TestMutantSubject/(\S+) hung for`)
 
 // failedCases returns the failed subtests of a -test.v output that have no
 // failed subtest of their own.
@@ -173,7 +176,7 @@ func failedCases(out []byte) []string {
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		if m := failLine.FindStringSubmatch(sc.Text()); m != nil {
-			all = append(all, m[1])
+			all = append(all, m[1]+m[2])
 		}
 	}
 	var leaves []string

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"reflect"
@@ -97,6 +98,13 @@ func threadListerCases() []storeCase {
 				e.t.Errorf("ListThreads(u, 10) = %q, want none", got)
 			}
 		}},
+		{"Context/Canceled", func(e *env) {
+			e.chain(threadA, "1")
+			ctx, cancel := context.WithCancel(e.ctx)
+			cancel()
+			_, err := e.s.(cairn.ThreadLister).ListThreads(ctx, "", 10)
+			expectErr(e.t, "ListThreads with a cancelled context", err, context.Canceled)
+		}},
 		{"DefaultLimit", func(e *env) {
 			for _, th := range []string{"x", "y", "z"} {
 				e.chain(th, "c-"+th)
@@ -152,6 +160,13 @@ func walkerCases() []storeCase {
 			same(e)
 			e.mustDeleteHead(threadA, "3")
 			same(e)
+		}},
+		{"Context/Canceled", func(e *env) {
+			e.chain(threadA, "1")
+			ctx, cancel := context.WithCancel(e.ctx)
+			cancel()
+			err := e.s.(cairn.BlobReferenceWalker).WalkBlobReferences(ctx, func(cairn.BlobReference) error { return nil })
+			expectErr(e.t, "WalkBlobReferences with a cancelled context", err, context.Canceled)
 		}},
 		{"StopsAtFirstError", func(e *env) {
 			e.chain(threadA, "1", "2", "3")

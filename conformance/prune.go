@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"errors"
 	"math"
 	"slices"
@@ -186,6 +187,22 @@ func pruneCases() []storeCase {
 				return err
 			})
 			e.chain(threadA, "3") // the holder still holds the lease
+		}},
+		{"Context/Canceled", func(e *env) {
+			e.chain(threadA, "1", "2")
+			ctx, cancel := context.WithCancel(e.ctx)
+			cancel()
+			w := e.writer(threadA)
+			e.fails("DeleteCheckpoints with a cancelled context", context.Canceled, func() error {
+				_, err := e.s.(cairn.Pruner).DeleteCheckpoints(ctx, cairn.DeleteCheckpointsInput{ThreadID: threadA, Keep: 1, Writer: w})
+				return err
+			})
+			e.dropLease(threadA)
+			e.fails("KeepNewest with a cancelled context", context.Canceled, func() error {
+				_, err := cairn.KeepNewest(ctx, e.s, threadA, 1)
+				return err
+			})
+			e.mustAcquire(threadA)
 		}},
 		{"KeepNewestWithoutPruner", func(e *env) {
 			e.chain(threadA, "1", "2")

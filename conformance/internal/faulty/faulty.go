@@ -62,6 +62,7 @@ type Faults struct {
 	RenewRevivesExpired bool // Renew of an expired, untaken lease succeeds
 	ConflictBumpsFence  bool // a refused AcquireWriter bumps the holder's fence
 	AcquireWaits        bool // AcquireWriter waits for the holder instead of failing
+	AcquireHangs        bool // AcquireWriter blocks for good on a held thread, whatever its context
 	RenewByThread       bool // Renew extends the thread's lease, whoever holds it
 
 	// DeleteHead and pruning.
@@ -528,6 +529,9 @@ func (s *Store) AcquireWriter(ctx context.Context, thread string) (*cairn.Lease,
 				rec.Fence = s.fences[thread]
 			}
 			s.mu.Unlock()
+			if s.f.AcquireHangs {
+				select {}
+			}
 			if s.f.AcquireWaits {
 				select {
 				case <-ctx.Done():
