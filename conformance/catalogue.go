@@ -2,9 +2,14 @@ package conformance
 
 import (
 	"math"
+	"time"
 
 	"github.com/cairnstore/cairn"
 )
+
+// conflictBound is how long a refused AcquireWriter may take: it must not
+// wait for the holder, so anything longer than a slow round trip is waiting.
+const conflictBound = 5 * time.Second
 
 const (
 	threadA = "thread-a"
@@ -139,8 +144,12 @@ func catalogueCases() []storeCase {
 		}},
 		{"CC-12/OneWriterPerThread", func(e *env) {
 			lease := e.mustAcquire(threadA)
+			start := time.Now()
 			_, err := e.acquire(threadA)
 			expectErr(e.t, "second AcquireWriter(thread-a)", err, cairn.ErrWriterConflict)
+			if d := time.Since(start); d > conflictBound {
+				e.t.Errorf("the refused AcquireWriter took %v; it must fail without waiting", d)
+			}
 			second := e.mustAcquire(threadB)
 			second.Release(e.ctx)
 			lease.Release(e.ctx)

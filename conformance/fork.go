@@ -28,10 +28,15 @@ func sourceRoot() cairn.Checkpoint {
 // thread destination as fork-root, with the cached destination lease.
 func (e *env) forkInput() cairn.ForkInput {
 	e.t.Helper()
+	return forkInputWith(e.writer(destination))
+}
+
+// forkInputWith is the default fork with writer w; it takes no lease.
+func forkInputWith(w cairn.Writer) cairn.ForkInput {
 	return cairn.ForkInput{
 		SourceThreadID: source, SourceCheckpointID: "source-root",
 		DestinationThreadID: destination, DestinationCheckpointID: "fork-root",
-		CreatedAt: 20, Writer: e.writer(destination),
+		CreatedAt: 20, Writer: w,
 	}
 }
 
@@ -139,14 +144,12 @@ func forkCatalogueCases() []storeCase {
 		}},
 		{"FC-06/MissingWriter", func(e *env) {
 			e.mustAppend(sourceRoot(), "")
-			in := e.forkInput()
-			in.Writer = cairn.Writer{ThreadID: destination, OwnerToken: "missing-owner", Fence: 1}
+			in := forkInputWith(cairn.Writer{ThreadID: destination, OwnerToken: "missing-owner", Fence: 1})
 			e.forkFails("fork with a writer never issued", cairn.ErrWriterLost, in)
 		}},
 		{"FC-07/WrongThreadWriter", func(e *env) {
 			e.mustAppend(sourceRoot(), "")
-			in := e.forkInput()
-			in.Writer = e.writer("another-thread")
+			in := forkInputWith(e.writer("another-thread"))
 			e.forkFails("fork with another thread's writer", cairn.ErrWriterLost, in)
 		}},
 		{"FC-08/ReleasedWriter", func(e *env) {
