@@ -462,3 +462,10 @@ func TestSortCheckpoints(t *testing.T) {
 		t.Errorf("SortCheckpoints order %q, want %q", ids, want)
 	}
 }
+
+func TestCheckpointString(t *testing.T) {
+	c := cairn.Checkpoint{ID: "2", ThreadID: "t", ParentCheckpointID: "1", CreatedAt: 1.5, Files: []cairn.Entry{fileEntry("a")}}
+	if got, want := c.String(), `checkpoint "2" (thread "t", parent "1", createdAt 1.5, 1 files, 0 artifacts)`; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+}
