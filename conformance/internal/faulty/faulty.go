@@ -139,7 +139,7 @@ func lost(thread string) error {
 	return cairn.NewError(cairn.CodeWriterLost, "writer lease for thread %q is not current", thread)
 }
 
-// stored returns a copy of c for a reader.
+// read returns a copy of c for a reader.
 func (s *Store) read(c *cairn.Checkpoint) cairn.Checkpoint {
 	out := c.Clone()
 	if s.f.ShareFiles {
