@@ -282,8 +282,8 @@ func (op *appendOp) run(ctx context.Context) error {
 			writes = puts(vals)
 		}
 		wk := s.writerKeys(c.ThreadID)
-		cmps := append(fence.Guard(wk, in.Writer.OwnerToken, in.Writer.Fence, now),
-			s.idxCmp(c.ID, staleIdx), s.threadCmp(c.ThreadID, st))
+		cmps := s.withGuards(append(fence.Guard(wk, in.Writer.OwnerToken, in.Writer.Fence, now),
+			s.idxCmp(c.ID, staleIdx), s.threadCmp(c.ThreadID, st)))
 		then := append(s.records(op.w, st, seq, op.nonce, nChunks), writes...)
 		resp, err := s.client.Txn(ctx).If(cmps...).Then(then...).Else(
 			clientv3.OpGet(wk.Owner), clientv3.OpGet(wk.Expiry),
@@ -311,6 +311,9 @@ func (op *appendOp) run(ctx context.Context) error {
 			op.staging.close()
 			op.staging = nil
 			return nil
+		}
+		if err := s.guardErr(ctx); err != nil {
+			return op.outcome(ctx, err, lastErr)
 		}
 		r := resp.Responses
 		fresh, wr, ids, err := op.interpret(ctx, first(getResp(r[0])), first(getResp(r[1])), first(getResp(r[2])), first(getResp(r[3])), resp.Header.Revision)

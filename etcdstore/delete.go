@@ -105,7 +105,7 @@ func (op *deleteHeadOp) run(ctx context.Context) error {
 		for _, shard := range shardsOf(m.Shards) {
 			ops = append(ops, deletePrefix(s.layout.RefSeq(shard, in.ThreadID, m.Seq)))
 		}
-		cmps := append(fence.Guard(wk, in.Writer.OwnerToken, in.Writer.Fence, now), s.threadCmp(in.ThreadID, st))
+		cmps := s.withGuards(append(fence.Guard(wk, in.Writer.OwnerToken, in.Writer.Fence, now), s.threadCmp(in.ThreadID, st)))
 		resp, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
 			s.forget(in.ThreadID)
@@ -121,6 +121,9 @@ func (op *deleteHeadOp) run(ctx context.Context) error {
 		if resp.Succeeded {
 			s.remember(in.ThreadID, threadState{rec: rec, rev: resp.Header.Revision})
 			return nil
+		}
+		if err := s.guardErr(ctx); err != nil {
+			return op.outcome(err, lastErr)
 		}
 		s.forget(in.ThreadID) // something changed since the read; check again
 	}
@@ -283,7 +286,7 @@ func (op *pruneOp) run(ctx context.Context) ([]string, error) {
 			ops = append(ops, clientv3.OpDelete(string(r.key)), clientv3.OpDelete(string(s.layout.Index(r.id))))
 			inTxn++
 		}
-		cmps := append(fence.Guard(wk, in.Writer.OwnerToken, in.Writer.Fence, now), s.threadCmp(in.ThreadID, st))
+		cmps := s.withGuards(append(fence.Guard(wk, in.Writer.OwnerToken, in.Writer.Fence, now), s.threadCmp(in.ThreadID, st)))
 		resp, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
 			s.forget(in.ThreadID)
@@ -297,6 +300,9 @@ func (op *pruneOp) run(ctx context.Context) ([]string, error) {
 			continue
 		}
 		if !resp.Succeeded {
+			if err := s.guardErr(ctx); err != nil {
+				return nil, op.outcome(err, lastErr)
+			}
 			s.forget(in.ThreadID)
 			continue
 		}

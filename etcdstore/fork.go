@@ -177,13 +177,13 @@ func (op *forkOp) run(ctx context.Context) (*cairn.Checkpoint, error) {
 		}
 		ops := append(s.records(w, destSt, seq, op.nonce, nChunks), writes...)
 		ops = append(ops, clientv3.OpPut(string(s.layout.Transcript(dest)), tv))
-		cmps := append(fence.Guard(wk, in.Writer.OwnerToken, in.Writer.Fence, now),
+		cmps := s.withGuards(append(fence.Guard(wk, in.Writer.OwnerToken, in.Writer.Fence, now),
 			s.threadCmp(dest, destSt),
 			clientv3.Compare(clientv3.CreateRevision(string(s.layout.Transcript(dest))), "=", 0),
 			s.idxCmp(in.DestinationCheckpointID, ids.staleRev),
 			clientv3.Compare(clientv3.ModRevision(string(srcKV.Key)), "=", srcKV.ModRevision),
 			s.threadCmp(src.ThreadID, srcSt),
-		)
+		))
 		resp, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
 			s.forget(dest)
@@ -202,6 +202,9 @@ func (op *forkOp) run(ctx context.Context) (*cairn.Checkpoint, error) {
 			staging = nil
 			out := root.Clone()
 			return &out, nil
+		}
+		if err := s.guardErr(ctx); err != nil {
+			return nil, op.outcome(err, lastErr)
 		}
 		// Something changed since the read; read and check again.
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -70,9 +71,17 @@ type Store struct {
 	fences *fence.Manager
 	// stagingTTL is the TTL, in seconds, of staging leases.
 	stagingTTL int64
+	// guards are comparisons every write also requires (see Guarded).
+	guards []clientv3.Cmp
 
+	cache *threadCache
+}
+
+// threadCache holds the last known thread records, by thread, so that the
+// common append needs no read before its transaction.
+type threadCache struct {
 	mu      sync.Mutex
-	threads map[string]threadState // last known thread records, by thread
+	threads map[string]threadState
 }
 
 var (
@@ -114,7 +123,7 @@ func New(client *clientv3.Client, prefix string, opts Options) (*Store, error) {
 		opts:       o,
 		log:        log,
 		fences:     fence.NewManager(client, fence.Options{TTL: o.LeaseDuration, Logger: log}),
-		threads:    map[string]threadState{},
+		cache:      &threadCache{threads: map[string]threadState{}},
 	}, nil
 }
 
@@ -153,9 +162,10 @@ type threadState struct {
 }
 
 func (s *Store) cached(thread string) (threadState, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st, ok := s.threads[thread]
+	c := s.cache
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st, ok := c.threads[thread]
 	return st, ok
 }
 
@@ -163,18 +173,59 @@ func (s *Store) cached(thread string) (threadState, bool) {
 const maxCachedThreads = 1 << 14
 
 func (s *Store) remember(thread string, st threadState) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.threads) >= maxCachedThreads {
-		clear(s.threads)
+	c := s.cache
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.threads) >= maxCachedThreads {
+		clear(c.threads)
 	}
-	s.threads[thread] = st
+	c.threads[thread] = st
 }
 
 func (s *Store) forget(thread string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.threads, thread)
+	c := s.cache
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.threads, thread)
+}
+
+// ErrGuardFailed is returned by a write of a Guarded store when its guard does
+// not hold. The write changed nothing.
+var ErrGuardFailed = errors.New("etcdstore: the write's guard does not hold")
+
+// Guarded returns a view of the store whose every write (Append, DeleteHead,
+// DeleteCheckpoints, ForkFromCheckpoint) also requires guard, in the same
+// transaction: for example (*concurrency.Mutex).IsOwner(), so that a process
+// that has lost its lock cannot write. When the guard does not hold, the write
+// changes nothing and returns an error matching ErrGuardFailed (checked before
+// the contract's errors of the write's live state). Reads, AcquireWriter and
+// the leases' Renew and Release are not guarded. The view shares the store's
+// leases and cache; Close the original store, not the view.
+func (s *Store) Guarded(guard clientv3.Cmp) *Store {
+	g := *s
+	g.guards = append(slices.Clone(s.guards), guard)
+	return &g
+}
+
+// withGuards appends the store's guards to a write's comparisons.
+func (s *Store) withGuards(cmps []clientv3.Cmp) []clientv3.Cmp {
+	return append(cmps, s.guards...)
+}
+
+// guardErr returns ErrGuardFailed when the store's guards do not hold now,
+// after one of its writes failed its comparisons.
+func (s *Store) guardErr(ctx context.Context) error {
+	if len(s.guards) == 0 {
+		return nil
+	}
+	resp, err := s.client.Txn(ctx).If(s.guards...).Commit()
+	if err != nil {
+		return err
+	}
+	if !resp.Succeeded {
+		return ErrGuardFailed
+	}
+	return nil
 }
 
 // ckptMeta is the value of a checkpoint record.

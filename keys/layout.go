@@ -178,6 +178,22 @@ func (l Layout) Index(id string) []byte {
 	return AppendString(l.key(tagIndex, len(id)+2), id)
 }
 
+// Indexes returns the prefix of every index record.
+func (l Layout) Indexes() []byte { return l.key(tagIndex, 0) }
+
+// DecodeIndex returns the checkpoint id of an index record key.
+func (l Layout) DecodeIndex(key []byte) (string, error) {
+	rest, err := l.strip(key, tagIndex)
+	if err != nil {
+		return "", err
+	}
+	id, rest, err := DecodeString(rest)
+	if err != nil || len(rest) != 0 {
+		return "", fmt.Errorf("%w: index key", ErrMalformed)
+	}
+	return id, nil
+}
+
 // Instance returns the key of an instance store record.
 func (l Layout) Instance(key string) []byte {
 	return AppendString(l.key(tagInstance, len(key)+2), key)

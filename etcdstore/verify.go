@@ -1,0 +1,425 @@
+package etcdstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/cairnstore/cairn/keys"
+)
+
+// VerifyOptions configure Verify.
+type VerifyOptions struct {
+	// Repair deletes the garbage Verify finds (records hidden behind a prune
+	// floor, index records of pruned checkpoints), each delete guarded so that
+	// a record written since the read is never touched. Problems are never
+	// repaired: they need a person.
+	Repair bool
+}
+
+// Problem is one finding of Verify.
+type Problem struct {
+	Kind       string `json:"kind"`
+	Thread     string `json:"thread,omitempty"`
+	Checkpoint string `json:"checkpoint,omitempty"`
+	Key        string `json:"key,omitempty"`
+	Detail     string `json:"detail,omitempty"`
+}
+
+func (p Problem) String() string {
+	var b strings.Builder
+	b.WriteString(p.Kind)
+	if p.Thread != "" {
+		fmt.Fprintf(&b, " thread=%q", p.Thread)
+	}
+	if p.Checkpoint != "" {
+		fmt.Fprintf(&b, " checkpoint=%q", p.Checkpoint)
+	}
+	if p.Key != "" {
+		fmt.Fprintf(&b, " key=%q", p.Key)
+	}
+	if p.Detail != "" {
+		b.WriteString(": " + p.Detail)
+	}
+	return b.String()
+}
+
+// VerifyReport is the result of Verify.
+type VerifyReport struct {
+	// Revision is the etcd revision every read was made at.
+	Revision int64 `json:"revision"`
+	// Threads, Checkpoints, BlobKeys and References count what is live: the
+	// threads with a record, their checkpoints, the distinct blob keys they
+	// reference and the sum of the reference counts.
+	Threads     int `json:"threads"`
+	Checkpoints int `json:"checkpoints"`
+	BlobKeys    int `json:"blobKeys"`
+	References  int `json:"references"`
+	// Problems are broken invariants: a reference count that differs from
+	// the one recomputed from the checkpoints, a dangling head, a checkpoint
+	// whose body or index record is missing, and so on.
+	Problems []Problem `json:"problems"`
+	// Garbage lists reclaimable leftovers that no read can see.
+	Garbage  []Problem `json:"garbage"`
+	Repaired int       `json:"repaired"`
+}
+
+// OK reports whether Verify found no problem. Garbage is not a problem.
+func (r VerifyReport) OK() bool { return len(r.Problems) == 0 }
+
+// Verify reads the whole store at one etcd revision and checks its invariants:
+// each thread's head exists, its checkpoints form one chain from the head down
+// to the prune floor, each live checkpoint has its index record, a complete
+// body that decodes to the checkpoint its keys name, and reference records that
+// hold exactly its distinct blob keys; no reference record, body chunk or
+// transcript chunk belongs to nothing. Because a key's reference count is the
+// number of records that hold it, the last two checks mean the reference counts
+// equal the counts recomputed from the checkpoints themselves.
+//
+// It returns an error, without a report, if it cannot read the store (for
+// example when the revision it pinned is compacted before it finishes; run it
+// again). It holds every reference record of the store in memory, about 32
+// bytes a reference, and one thread's checkpoints at a time.
+func (s *Store) Verify(ctx context.Context, opts VerifyOptions) (VerifyReport, error) {
+	v := &verifier{s: s, ctx: ctx}
+	if err := v.run(); err != nil {
+		return VerifyReport{}, err
+	}
+	if opts.Repair {
+		v.repair()
+	}
+	return v.r, nil
+}
+
+type writeID struct {
+	thread string
+	seq    uint64
+	nonce  keys.Nonce
+}
+
+type verifier struct {
+	s   *Store
+	ctx context.Context
+	r   VerifyReport
+
+	// refs holds, per write, the digests of its published reference records
+	// by shard; verified checkpoints remove theirs, and what is left at the
+	// end belongs to no checkpoint.
+	refs map[writeID]map[byte][]byte
+	// live maps each live checkpoint id to its index record value.
+	live map[string]string
+	// repairs are the guarded deletes of the garbage found.
+	repairs  []clientv3.Op
+	keysSeen map[string]int
+}
+
+func (v *verifier) problem(kind, thread, id, key, format string, args ...any) {
+	v.r.Problems = append(v.r.Problems, Problem{Kind: kind, Thread: thread, Checkpoint: id, Key: key, Detail: fmt.Sprintf(format, args...)})
+}
+
+// scan reads a range at the verifier's revision, page by page.
+func (v *verifier) scan(prefix []byte, fn func(kv *mvccpb.KeyValue) error) error {
+	start, end := string(prefix), string(keys.PrefixEnd(prefix))
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(512)}
+		if v.r.Revision != 0 {
+			opts = append(opts, clientv3.WithRev(v.r.Revision))
+		}
+		resp, err := v.s.client.Get(v.ctx, start, opts...)
+		if err != nil {
+			return err
+		}
+		if v.r.Revision == 0 {
+			v.r.Revision = resp.Header.Revision
+		}
+		for _, kv := range resp.Kvs {
+			if err := fn(kv); err != nil {
+				return err
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return nil
+		}
+		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+func (v *verifier) run() error {
+	l := v.s.layout
+	v.refs = map[writeID]map[byte][]byte{}
+	v.live = map[string]string{}
+	v.keysSeen = map[string]int{}
+	// Reference records first: the scan pins the revision.
+	err := v.scan(l.Refs(), func(kv *mvccpb.KeyValue) error {
+		if kv.Lease != 0 {
+			return nil // staged, not published
+		}
+		rk, err := l.DecodeRef(kv.Key)
+		if err != nil || len(kv.Value)%keys.DigestLen != 0 {
+			v.problem("malformed-reference-record", "", "", string(kv.Key), "cannot decode")
+			return nil
+		}
+		w := writeID{rk.Thread, rk.Seq, rk.Nonce}
+		if v.refs[w] == nil {
+			v.refs[w] = map[byte][]byte{}
+		}
+		v.refs[w][rk.Shard] = append(v.refs[w][rk.Shard], kv.Value...)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	var threads []string
+	if err := v.scan(l.Threads(), func(kv *mvccpb.KeyValue) error {
+		t, err := l.DecodeThread(kv.Key)
+		if err != nil {
+			v.problem("malformed-thread-key", "", "", string(kv.Key), "%v", err)
+			return nil
+		}
+		threads = append(threads, t)
+		return nil
+	}); err != nil {
+		return err
+	}
+	for _, t := range threads {
+		if err := v.thread(t); err != nil {
+			return err
+		}
+	}
+	v.r.Threads = len(threads)
+	for w, shards := range v.refs {
+		for shard := range shards {
+			v.problem("orphan-reference-record", w.thread, "", string(l.RefSeq(shard, w.thread, w.seq)),
+				"a reference record of sequence %d (write %s) belongs to no checkpoint: its keys are over-counted", w.seq, w.nonce)
+		}
+	}
+	v.r.BlobKeys = len(v.keysSeen)
+	// Index records: each must name a live checkpoint.
+	defer v.finish()
+	return v.scan(l.Indexes(), func(kv *mvccpb.KeyValue) error {
+		id, err := l.DecodeIndex(kv.Key)
+		if err != nil {
+			v.problem("malformed-index-key", "", "", string(kv.Key), "%v", err)
+			return nil
+		}
+		want, ok := v.live[id]
+		switch {
+		case ok && want == string(kv.Value):
+			delete(v.live, id)
+		case ok:
+			v.problem("wrong-index-record", "", id, string(kv.Key), "names %s, want %s", kv.Value, want)
+			delete(v.live, id)
+		default:
+			v.garbage("stale-index-record", "", id, kv, "names a checkpoint that no longer exists")
+		}
+		return nil
+	})
+}
+
+// finish reports live checkpoints whose index record was never seen. It runs
+// after the index scan.
+func (v *verifier) finish() {
+	for id := range v.live {
+		v.problem("missing-index-record", "", id, string(v.s.layout.Index(id)), "Get cannot find this checkpoint")
+	}
+}
+
+func (v *verifier) garbage(kind, thread, id string, kv *mvccpb.KeyValue, detail string) {
+	v.r.Garbage = append(v.r.Garbage, Problem{Kind: kind, Thread: thread, Checkpoint: id, Key: string(kv.Key), Detail: detail})
+	v.repairs = append(v.repairs, clientv3.OpTxn(
+		[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)},
+		[]clientv3.Op{clientv3.OpDelete(string(kv.Key))}, nil))
+}
+
+func (v *verifier) thread(t string) error {
+	s, l := v.s, v.s.layout
+	at := clientv3.WithRev(v.r.Revision)
+	rs, _, err := s.readOnly(v.ctx,
+		clientv3.OpGet(string(l.Thread(t)), at),
+		clientv3.OpGet(string(l.Checkpoints(t)), clientv3.WithPrefix(), at),
+		clientv3.OpGet(string(l.Chunks(t)), clientv3.WithPrefix(), at),
+		clientv3.OpGet(string(l.Transcript(t)), at),
+		clientv3.OpGet(string(l.TranscriptChunks(t)), clientv3.WithPrefix(), at),
+	)
+	if err != nil {
+		return err
+	}
+	st, err := parseThread(first(rs[0]))
+	if err != nil {
+		v.problem("malformed-thread-record", t, "", string(l.Thread(t)), "%v", err)
+		return nil
+	}
+	// Chunks by write.
+	plen := len(l.CheckpointChunks(t, 0, keys.Nonce{}))
+	chunksOf := map[string][]*mvccpb.KeyValue{}
+	for _, kv := range rs[2].Kvs {
+		if kv.Lease == 0 && len(kv.Key) > plen {
+			chunksOf[string(kv.Key[:plen])] = append(chunksOf[string(kv.Key[:plen])], kv)
+		}
+	}
+	type rec struct {
+		kv *mvccpb.KeyValue
+		m  ckptMeta
+		id string
+		at float64
+	}
+	bySeq := map[uint64]rec{}
+	for _, kv := range rs[1].Kvs {
+		if kv.Lease != 0 {
+			continue
+		}
+		_, at, id, err := l.DecodeCheckpoint(kv.Key)
+		if err != nil {
+			v.problem("malformed-checkpoint-key", t, "", string(kv.Key), "%v", err)
+			continue
+		}
+		m, err := parseMeta(kv)
+		if err != nil {
+			v.problem("malformed-checkpoint-record", t, id, string(kv.Key), "%v", err)
+			continue
+		}
+		if m.Seq < st.rec.Floor {
+			v.garbage("pruned-checkpoint-record", t, id, kv, "hidden behind the prune floor")
+			continue
+		}
+		if m.Seq > st.rec.LastSeq {
+			v.problem("sequence-beyond-last", t, id, string(kv.Key), "sequence %d > last %d", m.Seq, st.rec.LastSeq)
+		}
+		if other, dup := bySeq[m.Seq]; dup {
+			v.problem("duplicate-sequence", t, id, string(kv.Key), "shares sequence %d with %q", m.Seq, other.id)
+		}
+		bySeq[m.Seq] = rec{kv, m, id, at}
+	}
+	// The chain from the head must cover every live checkpoint.
+	onChain := map[uint64]bool{}
+	if st.rec.Head != "" {
+		h, ok := bySeq[st.rec.HeadSeq]
+		if !ok || h.id != st.rec.Head || h.at != st.rec.HeadCreatedAt {
+			v.problem("dangling-head", t, st.rec.Head, string(l.Thread(t)), "the head names no live checkpoint")
+		}
+		for seq, ok := st.rec.HeadSeq, true; ok; {
+			r, found := bySeq[seq]
+			if !found || onChain[seq] {
+				break
+			}
+			onChain[seq] = true
+			if r.m.ParentID == "" || r.m.ParentSeq < st.rec.Floor {
+				break
+			}
+			p, found := bySeq[r.m.ParentSeq]
+			if !found || p.id != r.m.ParentID {
+				v.problem("broken-chain", t, r.id, string(r.kv.Key), "parent %q (sequence %d) is missing", r.m.ParentID, r.m.ParentSeq)
+			}
+			seq = r.m.ParentSeq
+		}
+	}
+	seqs := slices.Sorted(func(yield func(uint64) bool) {
+		for seq := range bySeq {
+			if !yield(seq) {
+				return
+			}
+		}
+	})
+	for _, seq := range seqs {
+		r := bySeq[seq]
+		if !onChain[seq] {
+			v.problem("off-chain-checkpoint", t, r.id, string(r.kv.Key), "not on the chain from the head")
+		}
+		v.checkpoint(t, r.kv, r.m, r.id, r.at, chunksOf)
+	}
+	for prefix, kvs := range chunksOf {
+		v.problem("orphan-chunk", t, "", prefix, "%d body chunks belong to no checkpoint", len(kvs))
+	}
+	v.transcript(t, first(rs[3]), rs[4].Kvs)
+	return nil
+}
+
+func (v *verifier) checkpoint(t string, kv *mvccpb.KeyValue, m ckptMeta, id string, at float64, chunksOf map[string][]*mvccpb.KeyValue) {
+	l := v.s.layout
+	v.r.Checkpoints++
+	nonce, err := parseNonce(m.Nonce)
+	if err != nil {
+		v.problem("malformed-checkpoint-record", t, id, string(kv.Key), "%v", err)
+		return
+	}
+	v.live[id] = idxValue(idxRec{Thread: t, CreatedAt: at, Seq: m.Seq, Nonce: m.Nonce})
+	prefix := string(l.CheckpointChunks(t, m.Seq, nonce))
+	c, err := assemble(kv.Key, m, chunksOf[prefix])
+	delete(chunksOf, prefix)
+	if err != nil {
+		v.problem("bad-body", t, id, string(kv.Key), "%v", err)
+		return
+	}
+	if c.ID != id || c.ThreadID != t || c.CreatedAt != at && !(c.CreatedAt == 0 && at == 0) || c.ParentCheckpointID != m.ParentID {
+		v.problem("body-mismatch", t, id, string(kv.Key), "the body is checkpoint %q of thread %q, createdAt %v, parent %q", c.ID, c.ThreadID, c.CreatedAt, c.ParentCheckpointID)
+	}
+	// Its reference records must hold exactly its distinct blob keys.
+	want, mask := refParts(&c)
+	have := v.refs[writeID{t, m.Seq, nonce}]
+	delete(v.refs, writeID{t, m.Seq, nonce})
+	if mask != m.Shards {
+		v.problem("wrong-shard-mask", t, id, string(kv.Key), "record says %032b, keys give %032b", m.Shards, mask)
+	}
+	for shard := range byte(keys.NumShards) {
+		w := bytes.Join(want[shard], nil)
+		if !bytes.Equal(w, have[shard]) {
+			v.problem("reference-mismatch", t, id, string(l.RefSeq(shard, t, m.Seq)),
+				"shard %d holds %d references, the checkpoint has %d keys there", shard, len(have[shard])/keys.DigestLen, len(w)/keys.DigestLen)
+		}
+	}
+	for _, k := range c.BlobKeys() {
+		v.keysSeen[k]++
+		v.r.References++
+	}
+}
+
+func (v *verifier) transcript(t string, rec *mvccpb.KeyValue, chunks []*mvccpb.KeyValue) {
+	l := v.s.layout
+	var mine []byte // the chunk prefix of the current transcript, if chunked
+	if rec != nil && (len(rec.Value) == 0 || rec.Value[0] != 'i') {
+		var tr transcriptRec
+		n, err := keys.Nonce{}, error(nil)
+		if len(rec.Value) == 0 || rec.Value[0] != 'c' {
+			err = errCodec
+		} else if err = json.Unmarshal(rec.Value[1:], &tr); err == nil {
+			n, err = parseNonce(tr.Nonce)
+		}
+		if err != nil {
+			v.problem("malformed-transcript-record", t, "", string(rec.Key), "%v", err)
+			return
+		}
+		mine = l.TranscriptWriteChunks(t, n)
+		count, size := 0, 0
+		for _, kv := range chunks {
+			if kv.Lease == 0 && bytes.HasPrefix(kv.Key, mine) {
+				count, size = count+1, size+len(kv.Value)
+			}
+		}
+		if count != tr.Chunks || size != tr.Size {
+			v.problem("bad-transcript", t, "", string(rec.Key), "have %d chunks and %d bytes, want %d and %d", count, size, tr.Chunks, tr.Size)
+		}
+	}
+	for _, kv := range chunks {
+		if kv.Lease == 0 && (mine == nil || !bytes.HasPrefix(kv.Key, mine)) {
+			v.problem("orphan-transcript-chunk", t, "", string(kv.Key), "belongs to no transcript")
+		}
+	}
+}
+
+func (v *verifier) repair() {
+	for len(v.repairs) > 0 {
+		n := min(len(v.repairs), MaxTxnOps/2)
+		if _, err := v.s.client.Txn(v.ctx).Then(v.repairs[:n]...).Commit(); err != nil {
+			v.s.log.Warn("etcdstore: verify could not delete garbage", "err", err)
+			return
+		}
+		v.r.Repaired += n
+		v.repairs = v.repairs[n:]
+	}
+}
