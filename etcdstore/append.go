@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -42,7 +41,7 @@ func (s *Store) Append(ctx context.Context, in cairn.AppendInput) (cairn.AppendR
 		return cairn.AppendResult{}, err
 	}
 	op := &appendOp{s: s, in: in, w: w, nonce: newNonce()}
-	if err := op.run(ctx); err != nil {
+	if err := op.run(ctx, nil, 0); err != nil {
 		return cairn.AppendResult{}, err
 	}
 	return cairn.AppendResult{HeadID: in.Checkpoint.ID}, nil
@@ -222,43 +221,62 @@ func (op *appendOp) interpret(ctx context.Context, owner, expiry, idx, thread *m
 	return st, fence.Decode(owner, expiry), ids, err
 }
 
-func (op *appendOp) run(ctx context.Context) error {
+func (op *appendOp) run(ctx context.Context, pending error, pendingRev int64) error {
 	s, in, c := op.s, &op.in, &op.in.Checkpoint
+	a := &attempts{s: s, op: "append", nonce: op.nonce, thread: c.ThreadID, pending: pending, pendingRev: pendingRev,
+		retry: func(ctx context.Context, pending error, rev int64) error {
+			again := &appendOp{s: op.s, in: op.in, w: op.w, nonce: op.nonce}
+			return again.run(ctx, pending, rev)
+		}}
 	defer func() {
 		if op.staging != nil { // the append did not publish what it staged
 			op.staging.abort(ctx)
 			op.staging = nil
 		}
 	}()
+	// check settles what a fresh read shows: the append landed (done), or
+	// it cannot succeed (the contract's error), or it can (retry on st).
+	check := func(st threadState, wr *cairn.WriterRecord, ids idState, now float64) (done bool, err error) {
+		if ids.ours {
+			s.forget(c.ThreadID)
+			return true, nil
+		}
+		if ok, err := a.landed(ctx, st); ok || err != nil {
+			s.forget(c.ThreadID)
+			return ok, err
+		}
+		v := cairn.AppendView{Writer: wr, IDTaken: ids.taken, Head: st.rec.Head}
+		if err := v.Check(in, now); err != nil {
+			return false, a.fail(err)
+		}
+		s.remember(c.ThreadID, st)
+		return false, nil
+	}
 	var staleIdx int64
-	var lastErr error
-	for range attempts {
+	for range maxAttempts {
 		st, ok := s.cached(c.ThreadID)
-		if !ok {
+		if !ok || a.pending != nil {
 			var err error
 			if st, err = s.readThread(ctx, c.ThreadID); err != nil {
-				return op.outcome(ctx, err, lastErr)
+				return a.fail(err)
 			}
 		}
 		now := s.now()
-		if st.rec.Head != in.ExpectedHeadID || c.ParentCheckpointID != in.ExpectedHeadID {
-			// The cached state says the append cannot succeed; read the live
-			// state to report the right error, or to learn the cache was stale.
+		if st.rec.Head != in.ExpectedHeadID || c.ParentCheckpointID != in.ExpectedHeadID || a.pending != nil {
+			// The append cannot succeed on this state, or an earlier attempt
+			// may have landed: read the live state at one revision.
 			fresh, wr, ids, err := op.view(ctx)
 			if err != nil {
-				return op.outcome(ctx, err, lastErr)
+				return a.fail(err)
 			}
-			if ids.ours {
-				s.forget(c.ThreadID)
-				return nil
-			}
-			v := cairn.AppendView{Writer: wr, IDTaken: ids.taken, Head: fresh.rec.Head}
-			if err := v.Check(in, now); err != nil {
+			if done, err := check(fresh, wr, ids, now); done || err != nil {
 				return err
 			}
-			s.remember(c.ThreadID, fresh)
 			staleIdx = ids.staleRev
-			continue
+			if a.pending == nil || fresh.rev != a.pendingRev {
+				continue
+			}
+			st = fresh // the same comparison as the lost attempt: at most one applies
 		}
 		seq := st.rec.LastSeq + 1
 		vals := s.blobs(op.w, c.ThreadID, seq, op.nonce)
@@ -273,7 +291,7 @@ func (op *appendOp) run(ctx context.Context) error {
 				op.staging = nil
 				stg, err := s.stage(ctx, vals)
 				if err != nil {
-					return op.outcome(ctx, err, lastErr)
+					return a.fail(err)
 				}
 				op.staging, op.stageSeq = stg, seq
 			}
@@ -293,17 +311,12 @@ func (op *appendOp) run(ctx context.Context) error {
 			if errors.Is(err, rpctypes.ErrKeyNotFound) && op.staging != nil {
 				// The staged chunks expired before the publish; stage again.
 				op.staging.abort(ctx)
-				op.staging, lastErr = nil, ErrStagingExpired
+				op.staging = nil
 				continue
 			}
-			s.forget(c.ThreadID)
-			if !ambiguous(err) {
+			if err := a.committed(ctx, err, st.rev); err != nil {
 				return err
 			}
-			if ctx.Err() != nil {
-				return op.unknown(errors.Join(err, ctx.Err()))
-			}
-			lastErr = err
 			continue
 		}
 		if resp.Succeeded {
@@ -313,49 +326,25 @@ func (op *appendOp) run(ctx context.Context) error {
 			return nil
 		}
 		if err := s.guardErr(ctx); err != nil {
-			return op.outcome(ctx, err, lastErr)
+			return a.fail(err)
 		}
 		r := resp.Responses
 		fresh, wr, ids, err := op.interpret(ctx, first(getResp(r[0])), first(getResp(r[1])), first(getResp(r[2])), first(getResp(r[3])), resp.Header.Revision)
 		if err != nil {
-			return op.outcome(ctx, err, lastErr)
+			return a.fail(err)
 		}
-		if ids.ours {
-			s.forget(c.ThreadID)
-			op.staging.close()
-			op.staging = nil
-			return nil
-		}
-		v := cairn.AppendView{Writer: wr, IDTaken: ids.taken, Head: fresh.rec.Head}
-		if err := v.Check(in, now); err != nil {
+		if done, err := check(fresh, wr, ids, now); done || err != nil {
+			if done {
+				op.staging.close()
+				op.staging = nil
+			}
 			return err
 		}
 		// Every check passes on the fresh state: what failed was a stale
 		// cached thread record or a stale index record. Retry on fresh state.
-		s.remember(c.ThreadID, fresh)
 		staleIdx = ids.staleRev
 	}
-	if lastErr != nil {
-		return op.outcome(ctx, lastErr, nil)
-	}
-	return fmt.Errorf("etcdstore: append of %q: the thread kept changing; giving up after %d attempts", c.ID, attempts)
-}
-
-// outcome turns an error met while the append may already have landed into
-// the error to return: an UnknownOutcomeError when an earlier attempt's
-// outcome is still unknown, else err itself.
-func (op *appendOp) outcome(ctx context.Context, err, earlier error) error {
-	if earlier != nil && ambiguous(earlier) {
-		return op.unknown(errors.Join(err, earlier))
-	}
-	return err
-}
-
-func (op *appendOp) unknown(err error) error {
-	return &UnknownOutcomeError{Op: "append", Err: err, retry: func(ctx context.Context) error {
-		again := &appendOp{s: op.s, in: op.in, w: op.w, nonce: op.nonce}
-		return again.run(ctx)
-	}}
+	return a.exhausted()
 }
 
 func getResp(r *etcdserverpb.ResponseOp) *clientv3.GetResponse {

@@ -3,8 +3,6 @@ package etcdstore
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -29,7 +27,7 @@ func (s *Store) DeleteHead(ctx context.Context, in cairn.DeleteHeadInput) error 
 		return err
 	}
 	op := &deleteHeadOp{s: s, in: in, nonce: newNonce()}
-	return op.run(ctx)
+	return op.run(ctx, nil, 0)
 }
 
 type deleteHeadOp struct {
@@ -38,12 +36,16 @@ type deleteHeadOp struct {
 	nonce keys.Nonce
 }
 
-func (op *deleteHeadOp) run(ctx context.Context) error {
+func (op *deleteHeadOp) run(ctx context.Context, pending error, pendingRev int64) error {
 	s, in := op.s, &op.in
+	a := &attempts{s: s, op: "deleteHead", nonce: op.nonce, thread: in.ThreadID, pending: pending, pendingRev: pendingRev,
+		retry: func(ctx context.Context, pending error, rev int64) error {
+			again := &deleteHeadOp{s: op.s, in: op.in, nonce: op.nonce}
+			return again.run(ctx, pending, rev)
+		}}
 	wk := s.writerKeys(in.ThreadID)
 	threadKey := string(s.layout.Thread(in.ThreadID))
-	var lastErr error
-	for range attempts {
+	for range maxAttempts {
 		now := s.now()
 		gets := []clientv3.Op{clientv3.OpGet(threadKey), clientv3.OpGet(wk.Owner), clientv3.OpGet(wk.Expiry)}
 		if st, ok := s.cached(in.ThreadID); ok && st.rec.Head != "" {
@@ -51,20 +53,20 @@ func (op *deleteHeadOp) run(ctx context.Context) error {
 		}
 		rs, rev, err := s.readOnly(ctx, gets...)
 		if err != nil {
-			return op.outcome(err, lastErr)
+			return a.fail(err)
 		}
 		st, err := parseThread(first(rs[0]))
 		if err != nil {
-			return err
+			return a.fail(err)
 		}
-		if lastErr != nil && st.rec.Op == op.nonce.String() {
-			s.remember(in.ThreadID, st)
-			return nil // an attempt whose answer was lost did land
+		if ok, err := a.landed(ctx, st); ok || err != nil {
+			s.forget(in.ThreadID)
+			return err
 		}
 		v := cairn.DeleteHeadView{Writer: fence.Decode(first(rs[1]), first(rs[2])), Head: st.rec.Head, HeadExists: st.rec.Head != ""}
 		if err := v.Check(in, now); err != nil {
 			s.remember(in.ThreadID, st)
-			return err
+			return a.fail(err)
 		}
 		headKey := s.layout.Checkpoint(in.ThreadID, st.rec.HeadCreatedAt, st.rec.Head)
 		var mkv *mvccpb.KeyValue
@@ -73,20 +75,20 @@ func (op *deleteHeadOp) run(ctx context.Context) error {
 		} else {
 			r, err := s.client.Get(ctx, string(headKey), clientv3.WithRev(rev))
 			if err != nil {
-				return op.outcome(err, lastErr)
+				return a.fail(err)
 			}
 			mkv = first(r)
 		}
 		if mkv == nil {
-			return cairn.NewError(cairn.CodeNotHead, "checkpoint %q does not exist", in.CheckpointID)
+			return a.fail(cairn.NewError(cairn.CodeNotHead, "checkpoint %q does not exist", in.CheckpointID))
 		}
 		m, err := parseMeta(mkv)
 		if err != nil {
-			return err
+			return a.fail(err)
 		}
 		nonce, err := parseNonce(m.Nonce)
 		if err != nil {
-			return err
+			return a.fail(err)
 		}
 		rec := st.rec
 		rec.Op = op.nonce.String()
@@ -108,14 +110,9 @@ func (op *deleteHeadOp) run(ctx context.Context) error {
 		cmps := s.withGuards(append(fence.Guard(wk, in.Writer.OwnerToken, in.Writer.Fence, now), s.threadCmp(in.ThreadID, st)))
 		resp, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
-			s.forget(in.ThreadID)
-			if !ambiguous(err) {
+			if err := a.committed(ctx, err, st.rev); err != nil {
 				return err
 			}
-			if ctx.Err() != nil {
-				return op.unknown(errors.Join(err, ctx.Err()))
-			}
-			lastErr = err
 			continue
 		}
 		if resp.Succeeded {
@@ -123,40 +120,11 @@ func (op *deleteHeadOp) run(ctx context.Context) error {
 			return nil
 		}
 		if err := s.guardErr(ctx); err != nil {
-			return op.outcome(err, lastErr)
+			return a.fail(err)
 		}
 		s.forget(in.ThreadID) // something changed since the read; check again
 	}
-	if lastErr != nil {
-		return op.unknown(lastErr)
-	}
-	return fmt.Errorf("etcdstore: delete head of thread %q: the thread kept changing; giving up after %d attempts", in.ThreadID, attempts)
-}
-
-func (op *deleteHeadOp) outcome(err, earlier error) error {
-	if earlier != nil && ambiguous(earlier) {
-		return op.unknown(err)
-	}
-	return err
-}
-
-func (op *deleteHeadOp) unknown(err error) error {
-	return &UnknownOutcomeError{Op: "deleteHead", Err: err, retry: func(ctx context.Context) error {
-		again := &deleteHeadOp{s: op.s, in: op.in, nonce: op.nonce}
-		return again.runResolving(ctx)
-	}}
-}
-
-// runResolving runs the operation knowing an earlier attempt may have landed.
-func (op *deleteHeadOp) runResolving(ctx context.Context) error {
-	st, err := op.s.readThread(ctx, op.in.ThreadID)
-	if err != nil {
-		return err
-	}
-	if st.rec.Op == op.nonce.String() {
-		return nil
-	}
-	return op.run(ctx)
+	return a.exhausted()
 }
 
 func deletePrefix(prefix []byte) clientv3.Op {
@@ -185,7 +153,7 @@ func (s *Store) DeleteCheckpoints(ctx context.Context, in cairn.DeleteCheckpoint
 		return nil, err
 	}
 	op := &pruneOp{s: s, in: in, nonce: newNonce()}
-	return op.run(ctx)
+	return op.run(ctx, nil, 0)
 }
 
 type pruneOp struct {
@@ -203,30 +171,37 @@ type removal struct {
 	idx    idxRec
 }
 
-func (op *pruneOp) run(ctx context.Context) ([]string, error) {
+func (op *pruneOp) run(ctx context.Context, pending error, pendingRev int64) ([]string, error) {
 	s, in := op.s, &op.in
 	wk := s.writerKeys(in.ThreadID)
 	threadKey := string(s.layout.Thread(in.ThreadID))
-	var lastErr error
-	for range attempts {
+	a := &attempts{s: s, op: "deleteCheckpoints", nonce: op.nonce, thread: in.ThreadID, pending: pending, pendingRev: pendingRev,
+		retry: func(ctx context.Context, pending error, rev int64) error {
+			again := &pruneOp{s: op.s, in: op.in, nonce: op.nonce}
+			_, err := again.run(ctx, pending, rev)
+			return err
+		}}
+	for range maxAttempts {
 		now := s.now()
 		rs, _, err := s.readOnly(ctx, clientv3.OpGet(threadKey), clientv3.OpGet(wk.Owner), clientv3.OpGet(wk.Expiry),
 			clientv3.OpGet(string(s.layout.Checkpoints(in.ThreadID)), clientv3.WithPrefix()))
 		if err != nil {
-			return nil, op.outcome(err, lastErr)
+			return nil, a.fail(err)
 		}
 		st, err := parseThread(first(rs[0]))
 		if err != nil {
-			return nil, err
+			return nil, a.fail(err)
 		}
-		if lastErr != nil && st.rec.Op == op.nonce.String() {
-			s.remember(in.ThreadID, st)
+		if ok, err := a.landed(ctx, st); err != nil {
+			return nil, err
+		} else if ok {
+			s.forget(in.ThreadID)
 			ids := op.ids()
 			op.cleanup(ctx)
 			return ids, nil
 		}
 		if !fence.Decode(first(rs[1]), first(rs[2])).Current(in.Writer, now) {
-			return nil, cairn.NewError(cairn.CodeWriterLost, "writer lease for thread %q is no longer current", in.ThreadID)
+			return nil, a.fail(cairn.NewError(cairn.CodeWriterLost, "writer lease for thread %q is no longer current", in.ThreadID))
 		}
 		// Walk the chain from the head through the live records.
 		bySeq := map[uint64]*mvccpb.KeyValue{}
@@ -234,7 +209,7 @@ func (op *pruneOp) run(ctx context.Context) ([]string, error) {
 		for _, kv := range rs[3].Kvs {
 			m, err := parseMeta(kv)
 			if err != nil {
-				return nil, err
+				return nil, a.fail(err)
 			}
 			if kv.Lease == 0 && m.Seq >= st.rec.Floor {
 				bySeq[m.Seq], metas[m.Seq] = kv, m
@@ -251,7 +226,7 @@ func (op *pruneOp) run(ctx context.Context) ([]string, error) {
 		}
 		keep := int(in.Keep)
 		if len(chain) <= keep {
-			return []string{}, nil
+			return []string{}, a.fail(nil)
 		}
 		cut := chain[keep-1]
 		op.removed = op.removed[:0]
@@ -260,7 +235,7 @@ func (op *pruneOp) run(ctx context.Context) ([]string, error) {
 			kv, m := bySeq[chain[i]], metas[chain[i]]
 			_, createdAt, id, err := s.layout.DecodeCheckpoint(kv.Key)
 			if err != nil {
-				return nil, corrupt("checkpoint key", kv.Key, err)
+				return nil, a.fail(corrupt("checkpoint key", kv.Key, err))
 			}
 			op.removed = append(op.removed, removal{id: id, key: kv.Key, modRev: kv.ModRevision,
 				idx: idxRec{Thread: in.ThreadID, CreatedAt: createdAt, Seq: m.Seq, Nonce: m.Nonce}})
@@ -289,19 +264,14 @@ func (op *pruneOp) run(ctx context.Context) ([]string, error) {
 		cmps := s.withGuards(append(fence.Guard(wk, in.Writer.OwnerToken, in.Writer.Fence, now), s.threadCmp(in.ThreadID, st)))
 		resp, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
-			s.forget(in.ThreadID)
-			if !ambiguous(err) {
+			if err := a.committed(ctx, err, st.rev); err != nil {
 				return nil, err
 			}
-			if ctx.Err() != nil {
-				return nil, op.unknown(errors.Join(err, ctx.Err()))
-			}
-			lastErr = err
 			continue
 		}
 		if !resp.Succeeded {
 			if err := s.guardErr(ctx); err != nil {
-				return nil, op.outcome(err, lastErr)
+				return nil, a.fail(err)
 			}
 			s.forget(in.ThreadID)
 			continue
@@ -312,10 +282,7 @@ func (op *pruneOp) run(ctx context.Context) ([]string, error) {
 		op.cleanup(ctx)
 		return ids, nil
 	}
-	if lastErr != nil {
-		return nil, op.unknown(lastErr)
-	}
-	return nil, fmt.Errorf("etcdstore: prune of thread %q: the thread kept changing; giving up after %d attempts", in.ThreadID, attempts)
+	return nil, a.exhausted()
 }
 
 func (op *pruneOp) ids() []string {
@@ -350,27 +317,4 @@ func (op *pruneOp) cleanup(ctx context.Context) {
 		}
 		op.removed = op.removed[n:]
 	}
-}
-
-func (op *pruneOp) outcome(err, earlier error) error {
-	if earlier != nil && ambiguous(earlier) {
-		return op.unknown(err)
-	}
-	return err
-}
-
-func (op *pruneOp) unknown(err error) error {
-	return &UnknownOutcomeError{Op: "deleteCheckpoints", Err: err, retry: func(ctx context.Context) error {
-		st, err := op.s.readThread(ctx, op.in.ThreadID)
-		if err != nil {
-			return err
-		}
-		if st.rec.Op == op.nonce.String() {
-			op.cleanup(ctx)
-			return nil
-		}
-		again := &pruneOp{s: op.s, in: op.in, nonce: op.nonce}
-		_, err = again.run(ctx)
-		return err
-	}}
 }

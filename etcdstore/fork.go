@@ -3,7 +3,6 @@ package etcdstore
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -49,7 +48,7 @@ func (s *Store) ForkFromCheckpoint(ctx context.Context, in cairn.ForkInput) (*ca
 		return nil, err
 	}
 	op := &forkOp{s: s, in: in, nonce: newNonce()}
-	return op.run(ctx)
+	return op.run(ctx, nil, 0)
 }
 
 type forkOp struct {
@@ -59,14 +58,18 @@ type forkOp struct {
 	root  *cairn.Checkpoint
 }
 
-func (op *forkOp) run(ctx context.Context) (*cairn.Checkpoint, error) {
+func (op *forkOp) run(ctx context.Context, pending error, pendingRev int64) (*cairn.Checkpoint, error) {
 	s, in := op.s, &op.in
 	dest := in.DestinationThreadID
+	a := &attempts{s: s, op: "forkFromCheckpoint", nonce: op.nonce, thread: dest, pending: pending, pendingRev: pendingRev,
+		retry: func(ctx context.Context, pending error, rev int64) error {
+			_, err := op.run(ctx, pending, rev)
+			return err
+		}}
 	wk := s.writerKeys(dest)
-	var lastErr error
 	var staging *stager
 	defer func() { staging.abort(ctx) }()
-	for range attempts {
+	for range maxAttempts {
 		now := s.now()
 		rs, rev, err := s.readOnly(ctx,
 			clientv3.OpGet(string(s.layout.Index(in.SourceCheckpointID))),
@@ -76,11 +79,18 @@ func (op *forkOp) run(ctx context.Context) (*cairn.Checkpoint, error) {
 			clientv3.OpGet(string(s.layout.Index(in.DestinationCheckpointID))),
 		)
 		if err != nil {
-			return nil, op.outcome(err, lastErr)
+			return nil, a.fail(err)
 		}
 		destSt, err := parseThread(first(rs[3]))
 		if err != nil {
+			return nil, a.fail(err)
+		}
+		if ok, err := a.landed(ctx, destSt); err != nil {
 			return nil, err
+		} else if ok && op.root != nil {
+			s.forget(dest)
+			out := op.root.Clone()
+			return &out, nil
 		}
 		// The source, if it exists, as of rev.
 		var src *cairn.Checkpoint
@@ -101,7 +111,7 @@ func (op *forkOp) run(ctx context.Context) (*cairn.Checkpoint, error) {
 				clientv3.OpGet(string(s.layout.CheckpointChunks(idx.Thread, idx.Seq, nonce)), clientv3.WithPrefix(), clientv3.WithRev(rev)),
 			)
 			if err != nil {
-				return nil, op.outcome(err, lastErr)
+				return nil, a.fail(err)
 			}
 			if srcSt, err = parseThread(first(r2[1])); err != nil {
 				return nil, err
@@ -123,7 +133,7 @@ func (op *forkOp) run(ctx context.Context) (*cairn.Checkpoint, error) {
 		// The destination id.
 		ids, err := s.idStateOf(ctx, first(rs[5]), op.nonce, dest, destSt, rev)
 		if err != nil {
-			return nil, op.outcome(err, lastErr)
+			return nil, a.fail(err)
 		}
 		if ids.ours && op.root != nil {
 			s.forget(dest)
@@ -138,7 +148,7 @@ func (op *forkOp) run(ctx context.Context) (*cairn.Checkpoint, error) {
 			view.SourceThread = src.ThreadID
 		}
 		if err := view.Check(in, now); err != nil {
-			return nil, err
+			return nil, a.fail(err)
 		}
 		root := cairn.ForkRoot(src, in)
 		op.root = &root
@@ -169,7 +179,7 @@ func (op *forkOp) run(ctx context.Context) (*cairn.Checkpoint, error) {
 			staging.abort(ctx)
 			if staging, err = s.stage(ctx, vals); err != nil {
 				staging = nil
-				return nil, op.outcome(err, lastErr)
+				return nil, a.fail(err)
 			}
 			writes = detach(vals)
 		} else {
@@ -186,14 +196,9 @@ func (op *forkOp) run(ctx context.Context) (*cairn.Checkpoint, error) {
 		))
 		resp, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
-			s.forget(dest)
-			if !ambiguous(err) {
+			if err := a.committed(ctx, err, destSt.rev); err != nil {
 				return nil, err
 			}
-			if ctx.Err() != nil {
-				return nil, op.unknown(errors.Join(err, ctx.Err()))
-			}
-			lastErr = err
 			continue
 		}
 		if resp.Succeeded {
@@ -204,28 +209,11 @@ func (op *forkOp) run(ctx context.Context) (*cairn.Checkpoint, error) {
 			return &out, nil
 		}
 		if err := s.guardErr(ctx); err != nil {
-			return nil, op.outcome(err, lastErr)
+			return nil, a.fail(err)
 		}
 		// Something changed since the read; read and check again.
 	}
-	if lastErr != nil {
-		return nil, op.unknown(lastErr)
-	}
-	return nil, fmt.Errorf("etcdstore: fork into thread %q: the threads kept changing; giving up after %d attempts", dest, attempts)
-}
-
-func (op *forkOp) outcome(err, earlier error) error {
-	if earlier != nil && ambiguous(earlier) {
-		return op.unknown(err)
-	}
-	return err
-}
-
-func (op *forkOp) unknown(err error) error {
-	return &UnknownOutcomeError{Op: "forkFromCheckpoint", Err: err, retry: func(ctx context.Context) error {
-		_, err := op.run(ctx)
-		return err
-	}}
+	return nil, a.exhausted()
 }
 
 // Transcripts implements cairn.Forker: the transcript store in the same

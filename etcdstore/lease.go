@@ -38,7 +38,7 @@ func (s *Store) AcquireWriter(ctx context.Context, threadID string) (*cairn.Leas
 			return nil, cairn.NewError(cairn.CodeWriterConflict, "thread %q already has an active writer", threadID)
 		}
 		if err != nil {
-			if ambiguous(err) && ctx.Err() == nil && attempt < attempts {
+			if ambiguous(err) && ctx.Err() == nil && attempt < maxAttempts {
 				continue
 			}
 			return nil, err
@@ -68,7 +68,7 @@ func (d *leaseDriver) Renew(ctx context.Context) (float64, error) {
 		ok, err := d.s.fences.Renew(ctx, wk, d.w.OwnerToken, d.w.Fence, now, exp)
 		if err != nil {
 			// A renew is safe to repeat: a retry checks the lease again.
-			if ambiguous(err) && ctx.Err() == nil && attempt < attempts {
+			if ambiguous(err) && ctx.Err() == nil && attempt < maxAttempts {
 				continue
 			}
 			return 0, err

@@ -18,6 +18,7 @@ type outcomeFixture struct {
 	s     *etcdstore.Store
 	f     *faults
 	lease *cairn.Lease
+	other *cairn.Lease
 	clock *clock
 }
 
@@ -87,6 +88,23 @@ func TestUnknownOutcomes(t *testing.T) {
 			},
 			want: state{Heads: map[string]string{"t": "c2"}, Lists: map[string][]string{"t": {"c2"}}, Refs: []cairn.BlobReference{{Key: fileKey("k1"), References: 1}}},
 		},
+		{
+			name: "ForkFromCheckpoint",
+			setup: func(t *testing.T, x *outcomeFixture) {
+				mustAppend(t, x, smallCheckpoint("c1", "t", "", "k1"), "")
+				d, err := x.s.AcquireWriter(testContext(t), "d")
+				if err != nil {
+					t.Fatal(err)
+				}
+				x.other = d
+			},
+			write: func(ctx context.Context, x *outcomeFixture) error {
+				_, err := x.s.ForkFromCheckpoint(ctx, cairn.ForkInput{SourceThreadID: "t", SourceCheckpointID: "c1",
+					DestinationThreadID: "d", DestinationCheckpointID: "f1", CreatedAt: 2, Writer: x.other.Writer})
+				return err
+			},
+			want: state{Heads: map[string]string{"t": "c1"}, Lists: map[string][]string{"t": {"c1"}}, Refs: []cairn.BlobReference{{Key: fileKey("k1"), References: 2}}},
+		},
 	}
 	for _, w := range writes {
 		for _, applied := range []bool{true, false} {
@@ -135,8 +153,11 @@ func mustAppend(t *testing.T, x *outcomeFixture, c cairn.Checkpoint, expected st
 }
 
 // TestRetryAfterLeaseExpiry resolves an append that never landed after the
-// writer lease expired: the retry must not write, and must report
-// WRITER_LOST.
+// writer lease expired. The retry must not write. While nothing else has
+// written the thread, the lost attempt could still be applied by etcd, so the
+// outcome stays unknown (wrapping WRITER_LOST); once another writer has
+// written the thread, the lost attempt can never apply and the answer is a
+// definite WRITER_LOST.
 func TestRetryAfterLeaseExpiry(t *testing.T) {
 	x := newOutcomeFixture(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -148,10 +169,27 @@ func TestRetryAfterLeaseExpiry(t *testing.T) {
 		t.Fatalf("err = %v, want an UnknownOutcomeError", err)
 	}
 	x.clock.Add(cairn.Millis(cairn.DefaultLeaseDuration))
-	if err := u.Retry(testContext(t)); !errors.Is(err, cairn.ErrWriterLost) {
-		t.Fatalf("Retry after expiry: %v, want WRITER_LOST", err)
+	err = u.Retry(testContext(t))
+	var still *etcdstore.UnknownOutcomeError
+	if !errors.Is(err, cairn.ErrWriterLost) || !errors.As(err, &still) {
+		t.Fatalf("Retry after expiry: %v, want an unknown outcome wrapping WRITER_LOST", err)
 	}
 	if got := readState(t, x.s, "t"); got.Heads["t"] != "" || len(got.Refs) != 0 {
 		t.Fatalf("a retry after expiry wrote: %+v", got)
+	}
+	// Another writer takes the thread over and writes it.
+	next, err := x.s.AcquireWriter(testContext(t), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.s.Append(testContext(t), cairn.AppendInput{Checkpoint: smallCheckpoint("c2", "t", "", "k2"), Writer: next.Writer}); err != nil {
+		t.Fatal(err)
+	}
+	err = still.Retry(testContext(t))
+	if !errors.Is(err, cairn.ErrWriterLost) || errors.As(err, &still) {
+		t.Fatalf("Retry after another write: %v, want a definite WRITER_LOST", err)
+	}
+	if got := readState(t, x.s, "t"); got.Heads["t"] != "c2" || len(got.Lists["t"]) != 1 {
+		t.Fatalf("state %+v", got)
 	}
 }

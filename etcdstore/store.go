@@ -43,9 +43,6 @@ const (
 	refPartBytes = 256 << 10
 	// defaultStagingTTL is the default of Options.StagingTTL.
 	defaultStagingTTL = time.Minute
-	// attempts bounds the retries of one write after stale cached state or an
-	// unknown outcome.
-	attempts = 6
 )
 
 // Options configure a Store.
@@ -304,32 +301,6 @@ func ambiguous(err error) bool {
 	}
 	return true
 }
-
-// UnknownOutcomeError reports a write that etcd may or may not have applied:
-// the call's context ended, or the connection failed, before etcd answered.
-// It wraps the error that ended the attempt, so errors.Is(err,
-// context.DeadlineExceeded) works.
-//
-// Retry resolves the outcome: it re-issues the same write, with the same
-// identity, under the same checks. If the first attempt landed, Retry finds it
-// and returns nil; otherwise the write is applied at most once, or fails with
-// the contract error the checks give now (for example cairn.ErrWriterLost when
-// the lease has expired meanwhile).
-type UnknownOutcomeError struct {
-	Op  string
-	Err error
-
-	retry func(ctx context.Context) error
-}
-
-func (e *UnknownOutcomeError) Error() string {
-	return fmt.Sprintf("etcdstore: outcome of %s unknown: %v", e.Op, e.Err)
-}
-
-func (e *UnknownOutcomeError) Unwrap() error { return e.Err }
-
-// Retry resolves the write; see the type's documentation.
-func (e *UnknownOutcomeError) Retry(ctx context.Context) error { return e.retry(ctx) }
 
 // ErrStagingExpired is returned when a large write's staged chunks expired
 // before the write could publish them (the staging lease could not be kept
