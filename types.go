@@ -176,6 +176,11 @@ type checkpointJSON struct {
 // MarshalJSON encodes c in the upstream wire shape: parentCheckpointId is null
 // for a root, label and sourceRunId are omitted when empty, and files and
 // artifacts are arrays even when nil.
+//
+// JSON is a wire shape, not a storage format: encoding/json replaces invalid
+// UTF-8 (which paths, labels and artifact names may hold) with U+FFFD and
+// compacts the conversation, so a store must not persist checkpoints through
+// it if it is to return them byte for byte.
 func (c Checkpoint) MarshalJSON() ([]byte, error) {
 	j := checkpointJSON{
 		ID: c.ID, ThreadID: c.ThreadID, CreatedAt: c.CreatedAt, Reason: c.Reason,
