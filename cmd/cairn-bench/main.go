@@ -1,0 +1,63 @@
+// Command cairn-bench measures cairn side by side with the engines under it:
+// each workload runs against the etcd store (or the sweep against an S3
+// bucket) and, in the same process and the same run, alternately with a
+// baseline that sends the same bytes straight to etcd or through the bare S3
+// SDK. It starts its own etcd member (default limits, fsync on) and its own
+// versitygw, and prints one table: workload, cairn's figure, the baseline's,
+// the median ratio over the rounds, the target, and whether it was met.
+//
+// Usage:
+//
+//	cairn-bench [-quick] [-only B1,B3] [-rounds N] [-cpuprofile DIR] [-v]
+//
+// `make bench` runs the full configuration and `make bench QUICK=1` the
+// quick one. The exit status is 0 when the run completed, whether or not
+// every target was met, and 1 when a workload failed.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/cairnstore/cairn/internal/bench"
+)
+
+func main() {
+	if bench.MemberMain() {
+		return
+	}
+	quick := flag.Bool("quick", false, "run the quick configuration: fewer rounds and smaller sizes")
+	only := flag.String("only", "", "comma-separated workloads to run (B1 to B6); empty runs all")
+	rounds := flag.Int("rounds", 0, "rounds per workload (0 keeps the configuration's)")
+	profile := flag.String("cpuprofile", "", "directory for a CPU profile of each round of the cairn side")
+	versitygw := flag.String("versitygw", "", "versitygw binary (default: $CAIRN_VERSITYGW, ./bin/versitygw, $PATH)")
+	verbose := flag.Bool("v", false, "print progress to standard error")
+	flag.Parse()
+
+	cfg := bench.Full()
+	if *quick {
+		cfg = bench.Quick()
+	}
+	if *only != "" {
+		cfg.Only = strings.Split(strings.ToUpper(*only), ",")
+	}
+	if *rounds > 0 {
+		cfg.Rounds, cfg.B5Rounds = *rounds, *rounds
+	}
+	cfg.ProfileDir = *profile
+	cfg.VersityGW = *versitygw
+	if *verbose {
+		cfg.Log = os.Stderr
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	if _, err := bench.Run(ctx, cfg, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "cairn-bench:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,187 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/cairnstore/cairn"
+)
+
+// b1Prefix is where B1 keeps its store; the bare transactions write beside
+// it.
+const (
+	b1Prefix     = "/cairn-bench/b1/"
+	b1BarePrefix = "/cairn-bench/b1-bare/"
+	// b1ShapePrefix has the length of b1Prefix, so that the shape replay's
+	// keys are as long as the store's.
+	b1ShapePrefix = "/cairn-bench/b1s/"
+	b1Warmup     = 20
+	b1ConvBytes  = 1024
+)
+
+// b1Builder returns the checkpoints of B1's single thread: B1Entries file
+// entries, of which one in twenty changes from one checkpoint to the next,
+// and a conversation of about 1 KiB.
+func (r *runner) b1Builder(ch *chain) func() cairn.AppendInput {
+	changing := max(1, r.cfg.B1Entries/20)
+	stable := fileKeys(ch.thread+"-stable", r.cfg.B1Entries-changing)
+	conv := conversation(b1ConvBytes)
+	return func() cairn.AppendInput {
+		return ch.next(0, churn(stable, ch.thread, ch.n, changing), nil, conv)
+	}
+}
+
+// timedAppends makes n appends one after the other and returns the latency
+// of each, the write transactions beyond the first that each needed, and the
+// CPU time the process spent during the appends.
+func timedAppends(ctx context.Context, ch *chain, build func() cairn.AppendInput, n int) ([]time.Duration, int, time.Duration, error) {
+	lat := make([]time.Duration, 0, n)
+	retries := 0
+	var cpu time.Duration
+	for range n {
+		in := build()
+		actx, t := withTally(ctx, false)
+		c0, start := cpuTime(), time.Now()
+		err := ch.append(actx, in)
+		d := time.Since(start)
+		cpu += cpuTime() - c0
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		retries += max(0, t.writes()-1)
+		lat = append(lat, d)
+	}
+	return lat, retries, cpu, nil
+}
+
+// b1 measures the latency of appending one checkpoint of B1Entries entries
+// with one writer, against a bare transaction of the same request size with
+// one comparison.
+func (r *runner) b1(ctx context.Context) ([]Row, error) {
+	cfg := r.cfg
+	cli, stop, err := r.etcd(ctx, "b1")
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	store, err := newEtcdStore(cli, b1Prefix)
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+	ch, err := newChain(ctx, store, "b1-thread")
+	if err != nil {
+		return nil, err
+	}
+	build := r.b1Builder(ch)
+
+	// Warm up, and measure what an append sends.
+	wctx, t := withTally(ctx, true)
+	t.keep = true
+	for range b1Warmup {
+		if err := ch.append(wctx, build()); err != nil {
+			return nil, err
+		}
+	}
+	t.reset()
+	const probe = 10
+	for range probe {
+		if err := ch.append(wctx, build()); err != nil {
+			return nil, err
+		}
+	}
+	calls := t.snapshot()
+	size, txns := writeTxnSize(calls)
+	bare, err := newBareTxn(ctx, cli, b1BarePrefix, size)
+	if err != nil {
+		return nil, err
+	}
+	txn := lastWriteTxn(calls)
+	if txn == nil {
+		return nil, fmt.Errorf("the append sent no write transaction")
+	}
+	shape := newShapeTxn(cli, b1ShapePrefix, b1Prefix, txn)
+	for range b1Warmup {
+		if err := bare.do(ctx); err != nil {
+			return nil, err
+		}
+		if err := shape.do(ctx); err != nil {
+			return nil, err
+		}
+	}
+
+	cairnLat := make([][]time.Duration, cfg.Rounds)
+	bareLat := make([][]time.Duration, cfg.Rounds)
+	shapeLat := make([][]time.Duration, cfg.Rounds)
+	retries := 0
+	var cairnCPU, bareCPU time.Duration
+	timed := func(n int, do func(context.Context) error) ([]time.Duration, error) {
+		lat := make([]time.Duration, 0, n)
+		c0 := cpuTime()
+		for range n {
+			start := time.Now()
+			if err := do(ctx); err != nil {
+				return nil, err
+			}
+			lat = append(lat, time.Since(start))
+		}
+		bareCPU += cpuTime() - c0
+		return lat, nil
+	}
+	err = r.alternate("B1", cfg.Rounds, func(round int) error {
+		lat, n, cpu, err := timedAppends(ctx, ch, build, cfg.B1Appends)
+		cairnLat[round], retries, cairnCPU = lat, retries+n, cairnCPU+cpu
+		return err
+	}, func(round int) (err error) {
+		bareLat[round], err = timed(cfg.B1Appends, bare.do)
+		return err
+	}, func(round int) (err error) {
+		c0 := cpuTime()
+		shapeLat[round], err = timed(cfg.B1Appends, shape.do)
+		bareCPU -= cpuTime() - c0
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	p50, p99 := roundRatios(cairnLat, bareLat)
+	all := func(rs [][]time.Duration) []time.Duration {
+		var out []time.Duration
+		for _, r := range rs {
+			out = append(out, r...)
+		}
+		return out
+	}
+	ca, ba, sa := all(cairnLat), all(bareLat), all(shapeLat)
+	s50, _ := roundRatios(shapeLat, bareLat)
+	ops := time.Duration(cfg.Rounds * cfg.B1Appends)
+	row := Row{
+		ID:       "B1",
+		Workload: fmt.Sprintf("append of a %d-entry checkpoint, one writer (latency)", cfg.B1Entries),
+		Cairn:    fmt.Sprintf("p50 %s, p99 %s", fmtDur(quantile(ca, .5)), fmtDur(quantile(ca, .99))),
+		Baseline: fmt.Sprintf("p50 %s, p99 %s", fmtDur(quantile(ba, .5)), fmtDur(quantile(ba, .99))),
+		Ratio:    p50,
+		Target:   "p50 ratio ≤ 1.3",
+		Result:   verdict(p50 <= 1.3),
+		Notes: []string{
+			fmt.Sprintf("%d appends per side and round; the append sends %d request(s), %d write Txn of %s (%d bytes; the bare Txn: %d bytes, one compare, one put); %d retries; median p99 ratio %s.",
+				cfg.B1Appends, len(calls)/probe, txns/probe, fmtBytes(int64(size)), size, bare.size, retries, fmtRatio(p99)),
+			fmt.Sprintf("bare etcd sending the append's own shape (%d compares, %d puts of the same sizes, to new keys): p50 %s, p99 %s, median p50 ratio to the bare Txn %s; the rest of the gap is the store's work on the client.",
+				len(shape.cmps), len(shape.puts), fmtDur(quantile(sa, .5)), fmtDur(quantile(sa, .99)), fmtRatio(s50)),
+			fmt.Sprintf("CPU time of the benchmark process (the client side) per operation: append %s, bare Txn %s.", fmtDur(cairnCPU/ops), fmtDur(bareCPU/ops)),
+		},
+	}
+	return []Row{row}, nil
+}
+
+// roundRatios returns the median over the rounds of cairn's p50 over the
+// baseline's p50, and the same for p99.
+func roundRatios(cairnLat, bareLat [][]time.Duration) (p50, p99 float64) {
+	var r50, r99 []float64
+	for i := range cairnLat {
+		r50 = append(r50, float64(quantile(cairnLat[i], .5))/float64(quantile(bareLat[i], .5)))
+		r99 = append(r99, float64(quantile(cairnLat[i], .99))/float64(quantile(bareLat[i], .99)))
+	}
+	return median(r50), median(r99)
+}

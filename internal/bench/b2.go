@@ -1,0 +1,206 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cairnstore/cairn"
+)
+
+const (
+	b2Prefix     = "/cairn-bench/b2/"
+	b2BarePrefix = "/cairn-bench/b2-bare/"
+	// b2ShapePrefix has the length of b2Prefix.
+	b2ShapePrefix = "/cairn-bench/b2s/"
+)
+
+// writers are B2's writers: one thread each, with checkpoints whose blob
+// keys are B2Shared shared by every checkpoint of every writer and the rest
+// new to each checkpoint.
+type writers struct {
+	chains   []*chain
+	shared   []string
+	changing int
+	conv     []byte
+}
+
+func (r *runner) newWriters(ctx context.Context, store cairn.Store, tag string) (*writers, error) {
+	cfg := r.cfg
+	nShared := int(float64(cfg.B1Entries)*cfg.B2Shared + 0.5)
+	w := &writers{shared: fileKeys(tag+"-shared", nShared), changing: cfg.B1Entries - nShared, conv: conversation(b1ConvBytes)}
+	for i := range cfg.B2Writers {
+		ch, err := newChain(ctx, store, fmt.Sprintf("%s-thread-%02d", tag, i))
+		if err != nil {
+			return nil, err
+		}
+		w.chains = append(w.chains, ch)
+	}
+	return w, nil
+}
+
+// inputs builds the next n appends of every writer.
+func (w *writers) inputs(n int) [][]cairn.AppendInput {
+	out := make([][]cairn.AppendInput, len(w.chains))
+	for i, ch := range w.chains {
+		for a := range n {
+			out[i] = append(out[i], ch.next(a, churn(w.shared, ch.thread, ch.n+a, w.changing), nil, w.conv))
+		}
+	}
+	return out
+}
+
+// concurrently runs fn(i) for every i < n, each in a goroutine of its own,
+// all released at once, and returns the time until the last one ended and
+// the first error.
+func concurrently(n int, fn func(i int) error) (time.Duration, error) {
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	ready, start := sync.WaitGroup{}, make(chan struct{})
+	ready.Add(n)
+	for i := range n {
+		wg.Go(func() {
+			ready.Done()
+			<-start
+			errs[i] = fn(i)
+		})
+	}
+	ready.Wait()
+	began := time.Now()
+	close(start)
+	wg.Wait()
+	return time.Since(began), errors.Join(errs...)
+}
+
+// run makes the prepared appends, each writer in its own goroutine, and
+// returns the elapsed time and the write transactions beyond one per append.
+func (w *writers) run(ctx context.Context, ins [][]cairn.AppendInput) (time.Duration, int, error) {
+	retries := make([]int, len(w.chains))
+	d, err := concurrently(len(w.chains), func(i int) error {
+		for _, in := range ins[i] {
+			actx, t := withTally(ctx, false)
+			if err := w.chains[i].append(actx, in); err != nil {
+				return err
+			}
+			retries[i] += max(0, t.writes()-1)
+		}
+		return nil
+	})
+	total := 0
+	for _, n := range retries {
+		total += n
+	}
+	return d, total, err
+}
+
+// b2 measures the throughput of B2Writers concurrent writers against as
+// many goroutines sending bare transactions of the same request size.
+func (r *runner) b2(ctx context.Context) ([]Row, error) {
+	cfg := r.cfg
+	cli, stop, err := r.etcd(ctx, "b2")
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	store, err := newEtcdStore(cli, b2Prefix)
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+	w, err := r.newWriters(ctx, store, "b2")
+	if err != nil {
+		return nil, err
+	}
+	// Warm up: the first append of a thread also reads its record.
+	if _, _, err := w.run(ctx, w.inputs(1)); err != nil {
+		return nil, err
+	}
+	wctx, t := withTally(ctx, true)
+	t.keep = true
+	if _, _, err := w.run(wctx, w.inputs(1)); err != nil {
+		return nil, err
+	}
+	calls := t.snapshot()
+	size, _ := writeTxnSize(calls)
+	bare, err := newBareTxn(ctx, cli, b2BarePrefix, size)
+	if err != nil {
+		return nil, err
+	}
+	txn := lastWriteTxn(calls)
+	if txn == nil {
+		return nil, fmt.Errorf("the append sent no write transaction")
+	}
+	shape := newShapeTxn(cli, b2ShapePrefix, b2Prefix, txn)
+	bareRun := func(do func(context.Context) error) (time.Duration, error) {
+		return concurrently(cfg.B2Writers, func(int) error {
+			for range cfg.B2Appends {
+				if err := do(ctx); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	for _, do := range []func(context.Context) error{bare.do, shape.do} {
+		if _, err := bareRun(do); err != nil {
+			return nil, err
+		}
+	}
+
+	n := float64(cfg.B2Writers * cfg.B2Appends)
+	cairnRate := make([]float64, cfg.Rounds)
+	bareRate := make([]float64, cfg.Rounds)
+	shapeRate := make([]float64, cfg.Rounds)
+	retries := 0
+	var cairnCPU, bareCPU time.Duration
+	err = r.alternate("B2", cfg.Rounds, func(round int) error {
+		ins := w.inputs(cfg.B2Appends)
+		c0 := cpuTime()
+		d, k, err := w.run(ctx, ins)
+		cairnCPU += cpuTime() - c0
+		cairnRate[round], retries = n/d.Seconds(), retries+k
+		return err
+	}, func(round int) error {
+		c0 := cpuTime()
+		d, err := bareRun(bare.do)
+		bareCPU += cpuTime() - c0
+		bareRate[round] = n / d.Seconds()
+		return err
+	}, func(round int) error {
+		d, err := bareRun(shape.do)
+		shapeRate[round] = n / d.Seconds()
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	ratio := median(divide(cairnRate, bareRate))
+	ops := time.Duration(n) * time.Duration(cfg.Rounds)
+	return []Row{{
+		ID:       "B2",
+		Workload: fmt.Sprintf("%d writers on %d threads, checkpoints sharing %.0f%% of their blob keys (throughput)", cfg.B2Writers, cfg.B2Writers, cfg.B2Shared*100),
+		Cairn:    fmt.Sprintf("%s appends/s; %d retries", fmtRate(median(cairnRate)), retries),
+		Baseline: fmt.Sprintf("%s Txn/s", fmtRate(median(bareRate))),
+		Ratio:    ratio,
+		Target:   "ratio ≥ 0.75, 0 retries",
+		Result:   verdict(ratio >= 0.75 && retries == 0),
+		Notes: []string{
+			fmt.Sprintf("each writer makes %d appends of %d entries per round in a goroutine of its own; the append's write Txn is %d bytes (bare Txn %d bytes, one compare, one put, at the same concurrency); a retry is a second write Txn within one append, counted from outside the store by a gRPC interceptor; figures are medians over the rounds.",
+				cfg.B2Appends, cfg.B1Entries, size, bare.size),
+			fmt.Sprintf("bare etcd sending the append's own shape (%d compares, %d puts of the same sizes) at the same concurrency: %s Txn/s, median ratio to the bare Txn %s; the rest of the gap is the store's work on the client, which shares the 2 cores with etcd.",
+				len(shape.cmps), len(shape.puts), fmtRate(median(shapeRate)), fmtRatio(median(divide(shapeRate, bareRate)))),
+			fmt.Sprintf("CPU time of the benchmark process (the client side) per operation: append %s, bare Txn %s.", fmtDur(cairnCPU/ops), fmtDur(bareCPU/ops)),
+		},
+	}}, nil
+}
+
+// divide returns a[i]/b[i] for each i.
+func divide(a, b []float64) []float64 {
+	out := make([]float64, len(a))
+	for i := range a {
+		out[i] = a[i] / b[i]
+	}
+	return out
+}

@@ -1,0 +1,97 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+)
+
+// Workloads lists the workload names in the order Run runs them.
+var Workloads = []string{"B1", "B2", "B3", "B4", "B5", "B6"}
+
+// Config sizes a run. Full and Quick return the two standard ones.
+type Config struct {
+	// Name labels the run in the table's header ("full", "QUICK").
+	Name string
+	// Rounds is how many times each workload and its baseline run, in
+	// alternation, for B1 to B4 and B6.
+	Rounds int
+
+	// B1Appends is the number of timed appends (and of bare transactions)
+	// per side and round; B1Entries the entries per checkpoint.
+	B1Appends, B1Entries int
+	// B2Writers writers (each on a thread of its own, in a goroutine of its
+	// own) make B2Appends appends each per round; B2Shared is the fraction of
+	// each checkpoint's B1Entries blob keys that every checkpoint shares.
+	B2Writers, B2Appends int
+	B2Shared             float64
+	// B3Entries is the size of the large checkpoint; B3Iterations the
+	// append+get pairs per side and round.
+	B3Entries, B3Iterations int
+	// B4Checkpoints checkpoints of B4Keys keys each hold the references B4
+	// walks.
+	B4Checkpoints, B4Keys int
+	// B5Objects objects, half of them unreferenced, are swept B5Rounds
+	// times per side.
+	B5Objects, B5Rounds int
+
+	// Only, when not empty, selects workloads by name (B1 ... B6).
+	Only []string
+	// ProfileDir, when set, receives a CPU profile of each timed round of
+	// the cairn side (one file per workload and round; go tool pprof merges
+	// several).
+	ProfileDir string
+	// VersityGW is the versitygw binary; "" finds it as the tests do.
+	VersityGW string
+	// Log receives progress lines; nil discards them.
+	Log io.Writer
+}
+
+// Full is the configuration of `make bench`.
+func Full() Config {
+	return Config{
+		Name: "full", Rounds: 7,
+		B1Appends: 200, B1Entries: 200,
+		B2Writers: 32, B2Appends: 30, B2Shared: 0.8,
+		B3Entries: 20_000, B3Iterations: 3,
+		B4Checkpoints: 2_000, B4Keys: 500,
+		B5Objects: 100_000, B5Rounds: 5,
+	}
+}
+
+// Quick is the configuration of `make bench QUICK=1`: the same workloads
+// with fewer rounds and smaller sizes, in well under two minutes.
+func Quick() Config {
+	return Config{
+		Name: "QUICK", Rounds: 3,
+		B1Appends: 60, B1Entries: 200,
+		B2Writers: 32, B2Appends: 10, B2Shared: 0.8,
+		B3Entries: 20_000, B3Iterations: 1,
+		B4Checkpoints: 400, B4Keys: 500,
+		B5Objects: 10_000, B5Rounds: 3,
+	}
+}
+
+func (c Config) validate() error {
+	for _, w := range c.Only {
+		if !slices.Contains(Workloads, w) {
+			return fmt.Errorf("unknown workload %q (have %s)", w, strings.Join(Workloads, ", "))
+		}
+	}
+	switch {
+	case c.Rounds < 1 || c.B5Rounds < 1:
+		return fmt.Errorf("rounds must be at least 1")
+	case c.B1Appends < 1 || c.B1Entries < 1 || c.B2Writers < 1 || c.B2Appends < 1 || c.B3Entries < 1 || c.B3Iterations < 1:
+		return fmt.Errorf("sizes must be at least 1")
+	case c.B2Shared < 0 || c.B2Shared >= 1:
+		return fmt.Errorf("the shared fraction must be in [0, 1)")
+	case c.B4Checkpoints < 10 || c.B4Keys < 100:
+		return fmt.Errorf("B4 needs at least 10 checkpoints of 100 keys")
+	case c.B5Objects < 2:
+		return fmt.Errorf("B5 needs at least 2 objects")
+	}
+	return nil
+}
+
+func (c Config) selected(w string) bool { return len(c.Only) == 0 || slices.Contains(c.Only, w) }

@@ -1,0 +1,212 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Row is one line of the result table. Cairn and Baseline are the figures as
+// printed; Ratio is the median over the rounds of cairn's figure divided by
+// the baseline's (NaN when there is no baseline).
+type Row struct {
+	ID       string
+	Workload string
+	Cairn    string
+	Baseline string
+	Ratio    float64
+	Target   string
+	// Result is "met", "missed", "reported" or "failed".
+	Result string
+	// Notes explain the row below the table.
+	Notes []string
+}
+
+// runner carries what every workload needs.
+type runner struct {
+	cfg Config
+	log io.Writer
+	tmp string
+}
+
+// Run runs the selected workloads, prints the table and the notes to out,
+// and returns the rows. A workload that fails is reported as failed in the
+// table, the others still run, and the joined errors are returned.
+func Run(ctx context.Context, cfg Config, out io.Writer) ([]Row, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Log
+	if log == nil {
+		log = io.Discard
+	}
+	tmp, err := os.MkdirTemp("", "cairn-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	if cfg.ProfileDir != "" {
+		if err := os.MkdirAll(cfg.ProfileDir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	r := &runner{cfg: cfg, log: log, tmp: tmp}
+	began := time.Now()
+	var rows []Row
+	var errs []error
+	for _, w := range []struct {
+		id  string
+		run func(context.Context) ([]Row, error)
+	}{
+		{"B1", r.b1}, {"B2", r.b2}, {"B3", r.b3}, {"B4", r.b4}, {"B5", r.b5}, {"B6", r.b6},
+	} {
+		if !cfg.selected(w.id) {
+			continue
+		}
+		r.logf("%s: start", w.id)
+		t := time.Now()
+		got, err := w.run(ctx)
+		r.logf("%s: done in %v", w.id, time.Since(t).Round(time.Millisecond))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", w.id, err))
+			got = append(got, Row{ID: w.id, Workload: "(see error)", Ratio: math.NaN(), Result: "failed", Notes: []string{err.Error()}})
+		}
+		rows = append(rows, got...)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	printTable(out, cfg, rows, time.Since(began))
+	return rows, errors.Join(errs...)
+}
+
+func (r *runner) logf(format string, args ...any) {
+	fmt.Fprintf(r.log, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+// etcd starts a fresh member for one workload, in a directory of its own,
+// and a metered client of it. stop closes both and removes the data.
+func (r *runner) etcd(ctx context.Context, name string) (cli *clientv3.Client, stop func(), err error) {
+	dir := filepath.Join(r.tmp, "etcd-"+name)
+	m, err := startMember(ctx, dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	cli, err = m.client()
+	if err != nil {
+		m.stop()
+		return nil, nil, err
+	}
+	return cli, func() {
+		cli.Close()
+		m.stop()
+		os.RemoveAll(dir)
+	}, nil
+}
+
+// cairnSide runs fn, the cairn side of one round, under a CPU profile when
+// the configuration asks for profiles.
+func (r *runner) cairnSide(workload string, round int, fn func() error) error {
+	if r.cfg.ProfileDir == "" {
+		return fn()
+	}
+	f, err := os.Create(filepath.Join(r.cfg.ProfileDir, fmt.Sprintf("%s-cairn-round%02d.pprof", workload, round+1)))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := pprof.StartCPUProfile(f); err != nil {
+		return err
+	}
+	defer pprof.StopCPUProfile()
+	return fn()
+}
+
+// alternate runs the cairn side and the other sides (the baseline, and any
+// further reference) of each round, rotating their order from one round to
+// the next so that none always runs on a warmer or a fuller server.
+func (r *runner) alternate(workload string, rounds int, cairnSide func(round int) error, others ...func(round int) error) error {
+	for round := range rounds {
+		sides := []func() error{func() error {
+			return r.cairnSide(workload, round, func() error { return cairnSide(round) })
+		}}
+		for _, o := range others {
+			sides = append(sides, func() error { return o(round) })
+		}
+		for i := range sides {
+			if err := sides[(i+round)%len(sides)](); err != nil {
+				return err
+			}
+		}
+		r.logf("%s: round %d of %d done", workload, round+1, rounds)
+	}
+	return nil
+}
+
+// verdict is "met" or "missed".
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "missed"
+}
+
+// machine describes the machine the run is on.
+func machine() string {
+	cpu := "unknown CPU"
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				cpu = strings.TrimSpace(v)
+				break
+			}
+		}
+		f.Close()
+	}
+	mem := ""
+	if f, err := os.Open("/proc/meminfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			var kb int64
+			if _, err := fmt.Sscanf(sc.Text(), "MemTotal: %d kB", &kb); err == nil {
+				mem = fmt.Sprintf(", %.0f GiB", float64(kb)/(1<<20))
+				break
+			}
+		}
+		f.Close()
+	}
+	return fmt.Sprintf("%s, %d cores%s; %s %s/%s", cpu, runtime.NumCPU(), mem, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+func printTable(out io.Writer, cfg Config, rows []Row, took time.Duration) {
+	fmt.Fprintf(out, "cairn-bench, %s run: %d rounds per workload (B5: %d), each round running the workload and its baseline one after the other, alternating which goes first; took %v.\n",
+		cfg.Name, cfg.Rounds, cfg.B5Rounds, took.Round(time.Second))
+	fmt.Fprintf(out, "Machine: %s. etcd v3.7.3 embedded in a process of its own, default limits, fsync on; versitygw v1.8.0 (posix backend).\n\n", machine())
+	fmt.Fprintln(out, "| # | workload | cairn | baseline | median ratio | target | result |")
+	fmt.Fprintln(out, "|---|---|---|---|---|---|---|")
+	for _, r := range rows {
+		b := r.Baseline
+		if b == "" {
+			b = "-"
+		}
+		fmt.Fprintf(out, "| %s | %s | %s | %s | %s | %s | %s |\n", r.ID, r.Workload, r.Cairn, b, fmtRatio(r.Ratio), r.Target, r.Result)
+	}
+	fmt.Fprintln(out)
+	for _, r := range rows {
+		for _, n := range r.Notes {
+			fmt.Fprintf(out, "- %s: %s\n", r.ID, n)
+		}
+	}
+}
