@@ -16,8 +16,8 @@ const (
 	// b1ShapePrefix has the length of b1Prefix, so that the shape replay's
 	// keys are as long as the store's.
 	b1ShapePrefix = "/cairn-bench/b1s/"
-	b1Warmup     = 20
-	b1ConvBytes  = 1024
+	b1Warmup      = 20
+	b1ConvBytes   = 1024
 )
 
 // b1Builder returns the checkpoints of B1's single thread: B1Entries file
