@@ -9,7 +9,7 @@ VERSITYGW_VERSION := v1.8.0
 
 FUZZTIME ?= 10s
 
-.PHONY: all test unit lint fuzz tools demo clean
+.PHONY: all test unit lint fuzz tools demo bench clean
 
 all: lint test
 
@@ -42,6 +42,13 @@ test: lint unit fuzz
 ## demo: the quickstart on an embedded etcd and a local S3 server.
 demo:
 	$(GO) test -count=1 -v ./conformance/...
+
+## bench: cairn side by side with bare etcd and the bare S3 SDK, one table;
+## QUICK=1 runs fewer rounds on smaller sizes, BENCHFLAGS passes more flags
+## (e.g. BENCHFLAGS="-only B1,B3 -cpuprofile /tmp/prof").
+bench: tools
+	$(GO) build -o $(BIN)/cairn-bench ./cmd/cairn-bench
+	$(BIN)/cairn-bench -v -versitygw $(BIN)/versitygw $(if $(QUICK),-quick) $(BENCHFLAGS)
 
 clean:
 	rm -rf $(BIN)
