@@ -1,0 +1,29 @@
+// Command sweeper keeps a cairn checkpoint store's bucket small: it keeps the
+// newest --keep checkpoints of every thread, then deletes the blobs that no
+// checkpoint references and that are older than --older-than. Only one
+// sweeper acts at a time, under an etcd lock.
+//
+// Run it from cron with --once, whose exit code tells the outcome, or as a
+// daemon with --interval. See the README or sweeper --help for the flags,
+// their environment variables, the exit codes and the metrics.
+package main
+
+import (
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/cairnstore/cairn/internal/sidecar"
+)
+
+func main() {
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, syscall.SIGTERM, os.Interrupt)
+	os.Exit(sidecar.Main(sidecar.Env{
+		Args:    os.Args[1:],
+		Getenv:  os.Getenv,
+		Stderr:  os.Stderr,
+		Signals: signals,
+		Exit:    os.Exit,
+	}))
+}

@@ -1,0 +1,150 @@
+package sidecar
+
+import (
+	"runtime/debug"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// MetricPrefix starts the name of every metric of the sweeper.
+const MetricPrefix = "cairn_sweeper_"
+
+// results are the values of the result label of runs_total, registered up
+// front so that every series exists from the start.
+var results = []string{"success", "partial", "failure", "interrupted", "lock_held", "lock_lost", "verify_problems"}
+
+// Metrics are the sweeper's Prometheus metrics, on a registry of their own
+// that also carries the Go and process collectors.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	runs               *prometheus.CounterVec
+	deleted            prometheus.Counter
+	freed              prometheus.Counter
+	deleteFailures     prometheus.Counter
+	pruned             prometheus.Counter
+	duration           prometheus.Histogram
+	lastSuccess        prometheus.Gauge
+	lastRun            prometheus.Gauge
+	dryRun             prometheus.Gauge
+	lockHeld           prometheus.Gauge
+	bucketBlobs        prometheus.Gauge
+	bucketBytes        prometheus.Gauge
+	unreferenced       prometheus.Gauge
+	references         prometheus.Gauge
+	verifyProblems     prometheus.Gauge
+	verifyRepaired     prometheus.Counter
+	busyThreadsSkipped prometheus.Counter
+}
+
+// NewMetrics creates the metrics on a new registry. dryRun sets the dry_run
+// gauge.
+func NewMetrics(dryRun bool) *Metrics {
+	r := prometheus.NewRegistry()
+	f := func(name, help string) prometheus.Opts {
+		return prometheus.Opts{Name: MetricPrefix + name, Help: help}
+	}
+	m := &Metrics{
+		Registry: r,
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts(f("runs_total",
+			"Runs by result: success, partial (some blobs not deleted), failure, interrupted, lock_held, lock_lost, verify_problems.")), []string{"result"}),
+		deleted: prometheus.NewCounter(prometheus.CounterOpts(f("deleted_blobs_total",
+			"Blobs deleted from the bucket (in a dry run: blobs that would have been deleted)."))),
+		freed: prometheus.NewCounter(prometheus.CounterOpts(f("freed_bytes_total",
+			"Bytes of the deleted blobs, as listed (in a dry run: that would have been freed)."))),
+		deleteFailures: prometheus.NewCounter(prometheus.CounterOpts(f("delete_failures_total",
+			"Blobs the bucket did not delete; the next run retries them."))),
+		pruned: prometheus.NewCounter(prometheus.CounterOpts(f("pruned_checkpoints_total",
+			"Checkpoints removed by --keep (in a dry run: that would have been removed)."))),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: MetricPrefix + "run_duration_seconds",
+			Help:    "Duration of runs that held the lock, whatever their result.",
+			Buckets: prometheus.ExponentialBuckets(0.05, 4, 10)}),
+		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts(f("last_success_timestamp_seconds",
+			"Unix time at which the last successful run ended; alert when it gets old."))),
+		lastRun: prometheus.NewGauge(prometheus.GaugeOpts(f("last_run_timestamp_seconds",
+			"Unix time at which the last run ended, whatever its result."))),
+		dryRun: prometheus.NewGauge(prometheus.GaugeOpts(f("dry_run",
+			"1 when the sweeper runs with --dry-run and deletes nothing."))),
+		lockHeld: prometheus.NewGauge(prometheus.GaugeOpts(f("lock_held",
+			"1 while this sweeper holds the sweeper lock."))),
+		bucketBlobs: prometheus.NewGauge(prometheus.GaugeOpts(f("bucket_blobs",
+			"Blobs listed under the blob prefixes by the last sweep, before it deleted."))),
+		bucketBytes: prometheus.NewGauge(prometheus.GaugeOpts(f("bucket_blob_bytes",
+			"Total size of the blobs listed by the last sweep, before it deleted."))),
+		unreferenced: prometheus.NewGauge(prometheus.GaugeOpts(f("unreferenced_blobs",
+			"Blobs the last sweep found old enough and unreferenced."))),
+		references: prometheus.NewGauge(prometheus.GaugeOpts(f("referenced_blob_keys",
+			"Distinct blob keys the store referenced during the last sweep."))),
+		verifyProblems: prometheus.NewGauge(prometheus.GaugeOpts(f("verify_problems",
+			"Problems the last --verify found in the store (0 when it found none)."))),
+		verifyRepaired: prometheus.NewCounter(prometheus.CounterOpts(f("verify_repaired_total",
+			"Garbage records deleted by --verify --repair."))),
+		busyThreadsSkipped: prometheus.NewCounter(prometheus.CounterOpts(f("busy_threads_skipped_total",
+			"Threads the prune skipped because a writer held them."))),
+	}
+	r.MustRegister(m.runs, m.deleted, m.freed, m.deleteFailures, m.pruned, m.duration, m.lastSuccess, m.lastRun,
+		m.dryRun, m.lockHeld, m.bucketBlobs, m.bucketBytes, m.unreferenced, m.references, m.verifyProblems,
+		m.verifyRepaired, m.busyThreadsSkipped)
+	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts(f("build_info", "Always 1; the labels describe the binary.")),
+		[]string{"version", "goversion"})
+	version, goVersion := "unknown", "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		version, goVersion = bi.Main.Version, bi.GoVersion
+	}
+	build.WithLabelValues(version, goVersion).Set(1)
+	r.MustRegister(build)
+	for _, res := range results {
+		m.runs.WithLabelValues(res)
+	}
+	if dryRun {
+		m.dryRun.Set(1)
+	}
+	return m
+}
+
+// setLockHeld records whether this sweeper holds the lock.
+func (m *Metrics) setLockHeld(held bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if held {
+		v = 1
+	}
+	m.lockHeld.Set(v)
+}
+
+// observe records the outcome of one run.
+func (m *Metrics) observe(rep RunReport, err error) {
+	if m == nil {
+		return
+	}
+	m.runs.WithLabelValues(Result(err)).Inc()
+	now := time.Now()
+	m.lastRun.Set(float64(now.UnixNano()) / 1e9)
+	if err == nil {
+		m.lastSuccess.Set(float64(now.UnixNano()) / 1e9)
+	}
+	if !rep.Locked {
+		return
+	}
+	m.duration.Observe(rep.Duration.Seconds())
+	m.pruned.Add(float64(rep.Prune.Removed))
+	m.busyThreadsSkipped.Add(float64(len(rep.Prune.Busy)))
+	if rep.Swept {
+		m.deleted.Add(float64(len(rep.Sweep.Deleted)))
+		m.freed.Add(float64(rep.Sweep.BytesFreed))
+		m.deleteFailures.Add(float64(len(rep.Sweep.Failed)))
+		m.bucketBlobs.Set(float64(rep.Sweep.Listed))
+		m.bucketBytes.Set(float64(rep.Sweep.ListedBytes))
+		m.unreferenced.Set(float64(rep.Sweep.Candidates))
+		m.references.Set(float64(rep.Sweep.References))
+	}
+	if rep.Verify != nil {
+		m.verifyProblems.Set(float64(len(rep.Verify.Problems)))
+		m.verifyRepaired.Add(float64(rep.Verify.Repaired))
+	}
+}

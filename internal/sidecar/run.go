@@ -1,0 +1,416 @@
+package sidecar
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/bucket"
+	"github.com/cairnstore/cairn/etcdstore"
+	"github.com/cairnstore/cairn/sweep"
+)
+
+// RunOptions say what each run of a Sweeper does.
+type RunOptions struct {
+	// Keep prunes every thread to its newest Keep checkpoints before the
+	// sweep; 0 prunes nothing.
+	Keep int
+	// OlderThan, DryRun and MaxDeletes are the sweep's options.
+	OlderThan  time.Duration
+	DryRun     bool
+	MaxDeletes int
+	// BatchSize is the number of keys per delete request; 0 selects 1000.
+	BatchSize int
+	// Verify runs the store's Verify after the sweep, under the lock; Repair
+	// also deletes the garbage it finds.
+	Verify bool
+	Repair bool
+	// AllowEmptyStore lets a run delete blobs when the store has no
+	// checkpoint at all.
+	AllowEmptyStore bool
+	// LockTTL is the TTL of the lock's etcd session, RequestTimeout the
+	// deadline of each lock and status request.
+	LockTTL        time.Duration
+	RequestTimeout time.Duration
+	// Now is the sweep's clock; nil selects time.Now.
+	Now func() time.Time
+}
+
+// Sweeper runs the prune and the sweep under the sweeper lock. One Sweeper
+// serves any number of runs, one at a time; Close it at the end.
+type Sweeper struct {
+	client  *clientv3.Client
+	store   *etcdstore.Store
+	blobs   sweep.Blobs
+	opts    RunOptions
+	log     *slog.Logger
+	metrics *Metrics
+	lock    *locker
+	holder  string
+	// beforePrune, when set, runs right before the prune; tests use it to
+	// lose the lock or to stop the run there.
+	beforePrune func(ctx context.Context, held *heldLock)
+}
+
+// NewSweeper returns a sweeper of the store (on client) and the bucket. A nil
+// logger discards, nil metrics record nothing.
+func NewSweeper(client *clientv3.Client, store *etcdstore.Store, blobs sweep.Blobs, opts RunOptions, log *slog.Logger, metrics *Metrics) *Sweeper {
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.LockTTL <= 0 {
+		opts.LockTTL = 30 * time.Second
+	}
+	if opts.RequestTimeout <= 0 {
+		opts.RequestTimeout = 10 * time.Second
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	host, _ := os.Hostname()
+	return &Sweeper{
+		client:  client,
+		store:   store,
+		blobs:   blobs,
+		opts:    opts,
+		log:     log,
+		metrics: metrics,
+		lock:    newLocker(client, store.Layout(), opts.LockTTL, opts.RequestTimeout, log),
+		holder:  fmt.Sprintf("%s/%d", host, os.Getpid()),
+	}
+}
+
+// Close ends the lock's etcd session. It closes neither the client nor the
+// store.
+func (s *Sweeper) Close() { s.lock.close() }
+
+// LockMode says what a run does when another sweeper holds the lock.
+type LockMode struct {
+	// Wait waits for the lock until the stop context ends.
+	Wait bool
+	// Timeout, without Wait, waits at most this long; 0 gives up at once.
+	Timeout time.Duration
+}
+
+// RunReport tells what one run did.
+type RunReport struct {
+	RunID string `json:"runId"`
+	// Locked says the run took the lock, and LockRevision is the etcd
+	// revision at which it did: the run's fencing token.
+	Locked       bool  `json:"locked"`
+	LockRevision int64 `json:"lockRevision"`
+	// Pruned and Swept say the phases ran (perhaps not to the end).
+	Pruned bool                    `json:"pruned"`
+	Prune  sweep.PruneReport       `json:"prune"`
+	Swept  bool                    `json:"swept"`
+	Sweep  sweep.Report            `json:"sweep"`
+	Verify *etcdstore.VerifyReport `json:"verify,omitempty"`
+	Start  time.Time               `json:"start"`
+	// Duration is the time from taking the lock to the end of the run.
+	Duration time.Duration `json:"duration"`
+}
+
+// Run does one run: take the lock, keep the newest checkpoints of every
+// thread, sweep, verify when asked, and release the lock.
+//
+// stop asks the run to end at the next safe point: a listing or the wait for
+// the lock ends at once, a prune ends between threads, and a sweep ends
+// between delete batches, the batch in flight finishing. ctx ends everything
+// at once, requests in flight included. A run that stop ended returns an
+// error matching ErrInterrupted.
+//
+// Each write of the run carries the lock's guard: the prune writes through
+// store.Guarded(mutex.IsOwner()), and before each delete batch a transaction
+// "If the lock is ours Then put the status record" must succeed, so a
+// sweeper that lost its lock deletes nothing more.
+func (s *Sweeper) Run(ctx, stop context.Context, mode LockMode) (rep RunReport, err error) {
+	rep.RunID = newRunID()
+	log := s.log.With("run_id", rep.RunID)
+	defer func() { s.metrics.observe(rep, err) }()
+
+	lctx, cancel := merge(ctx, stop)
+	held, err := s.lock.acquire(lctx, mode.Wait, mode.Timeout)
+	cancel()
+	if err != nil {
+		if stop.Err() != nil && ctx.Err() == nil {
+			err = fmt.Errorf("%w while waiting for the sweeper lock", ErrInterrupted)
+		}
+		log.Log(ctx, levelOf(err), "no run: the sweeper lock was not taken", "phase", "lock", "error", err)
+		return rep, err
+	}
+	rep.Locked, rep.LockRevision, rep.Start = true, held.Revision(), time.Now()
+	s.metrics.setLockHeld(true)
+	defer func() {
+		held.release(ctx)
+		s.metrics.setLockHeld(false)
+	}()
+	log = log.With("dry_run", s.opts.DryRun)
+	log.Info("sweeper lock taken; run started", "phase", "start", "lock_revision", rep.LockRevision,
+		"keep", s.opts.Keep, "older_than", s.opts.OlderThan.String(), "max_deletes", s.opts.MaxDeletes)
+
+	st := &Status{RunID: rep.RunID, Holder: s.holder, Phase: "starting", DryRun: s.opts.DryRun, StartedAt: rep.Start.UTC()}
+	if prev, perr := s.lock.readStatus(ctx); perr == nil && prev != nil {
+		st.LastSuccessAt = prev.LastSuccessAt
+	}
+	err = s.phases(ctx, stop, held, st, &rep, log)
+	rep.Duration = time.Since(rep.Start)
+
+	// The final status, fenced like every other write.
+	st.Phase, st.Result = "done", Result(err)
+	st.Pruned, st.Deleted, st.BytesFreed = rep.Prune.Removed, len(rep.Sweep.Deleted), rep.Sweep.BytesFreed
+	if err != nil {
+		st.Error = err.Error()
+	}
+	if err == nil && !s.opts.DryRun {
+		now := time.Now().UTC()
+		st.LastSuccessAt = &now
+	}
+	if werr := held.writeStatus(context.WithoutCancel(ctx), st); werr != nil {
+		log.Warn("could not record the run's end", "phase", "done", "error", werr)
+	}
+	s.summary(ctx, log, rep, err)
+	return rep, err
+}
+
+// phases runs the prune, the sweep and the verification.
+func (s *Sweeper) phases(ctx, stop context.Context, held *heldLock, st *Status, rep *RunReport, log *slog.Logger) error {
+	interrupted := func(err error) error {
+		if err != nil && stop.Err() != nil && !errors.Is(err, ErrInterrupted) && !errors.Is(err, ErrLockLost) {
+			return fmt.Errorf("%w: %w", ErrInterrupted, err)
+		}
+		return err
+	}
+	guarded := s.store.Guarded(held.Guard())
+	if s.opts.Keep > 0 {
+		st.Phase = "pruning"
+		if err := held.writeStatus(ctx, st); err != nil {
+			return err
+		}
+		if s.beforePrune != nil {
+			s.beforePrune(ctx, held)
+		}
+		rep.Pruned = true
+		var err error
+		rep.Prune, err = sweep.Prune(ctx, &pruneStore{Store: guarded, stop: stop}, sweep.PruneOptions{
+			Keep: s.opts.Keep, DryRun: s.opts.DryRun, Logger: log,
+		})
+		if errors.Is(err, etcdstore.ErrGuardFailed) {
+			err = fmt.Errorf("%w: a prune write found the lock gone: %w", ErrLockLost, err)
+		}
+		if err = interrupted(err); err != nil {
+			return err
+		}
+	}
+	if err := stop.Err(); err != nil {
+		return fmt.Errorf("%w before the sweep", ErrInterrupted)
+	}
+
+	st.Phase = "listing"
+	if err := held.writeStatus(ctx, st); err != nil {
+		return err
+	}
+	refs := &refsView{store: s.store, stop: stop}
+	first := true
+	before := func(bctx context.Context, batch []string) error {
+		if stop.Err() != nil {
+			return fmt.Errorf("%w: stopped before the next delete batch", ErrInterrupted)
+		}
+		if first {
+			first = false
+			if err := s.checkNotEmpty(bctx, refs, len(batch)); err != nil {
+				return err
+			}
+		}
+		st.Phase = "deleting"
+		st.Batches++
+		st.KeysSent += len(batch)
+		return held.writeStatus(bctx, st)
+	}
+	rep.Swept = true
+	var err error
+	rep.Sweep, err = sweep.Sweep(ctx, refs, blobsView{Blobs: s.blobs, stop: stop}, sweep.Options{
+		OlderThan:    s.opts.OlderThan,
+		Now:          s.opts.Now,
+		DryRun:       s.opts.DryRun,
+		MaxDeletes:   s.opts.MaxDeletes,
+		BatchSize:    s.opts.BatchSize,
+		BeforeDelete: before,
+		Logger:       log,
+	})
+	if err = interrupted(err); err != nil && !onlyIncomplete(err) {
+		return err
+	}
+	if !s.opts.Verify {
+		return err
+	}
+	sweepErr := err
+
+	st.Phase = "verifying"
+	if err := held.writeStatus(ctx, st); err != nil {
+		return err
+	}
+	vctx, cancel := merge(ctx, stop)
+	vr, err := guarded.Verify(vctx, etcdstore.VerifyOptions{Repair: s.opts.Repair})
+	cancel()
+	if err != nil {
+		return interrupted(fmt.Errorf("verify the store: %w", err))
+	}
+	rep.Verify = &vr
+	for _, p := range vr.Problems {
+		log.Warn("store problem", "phase", "verify", "kind", p.Kind, "thread", p.Thread, "checkpoint", p.Checkpoint, "key", p.Key, "detail", p.Detail)
+	}
+	log.Log(ctx, levelOfBool(vr.OK()), "store verified", "phase", "verify", "revision", vr.Revision, "threads", vr.Threads,
+		"checkpoints", vr.Checkpoints, "blob_keys", vr.BlobKeys, "references", vr.References,
+		"problems", len(vr.Problems), "garbage", len(vr.Garbage), "repaired", vr.Repaired)
+	if !vr.OK() {
+		return errors.Join(sweepErr, fmt.Errorf("%w: --verify found %d (the first: %s)", ErrVerifyProblems, len(vr.Problems), vr.Problems[0]))
+	}
+	return sweepErr
+}
+
+// onlyIncomplete reports whether err says only that the bucket refused some
+// keys: the sweep otherwise completed.
+func onlyIncomplete(err error) bool {
+	return ExitCode(err) == ExitPartial
+}
+
+// checkNotEmpty refuses the first delete batch when the store has no
+// checkpoint at all, which is what a wrong --prefix looks like, unless
+// AllowEmptyStore.
+func (s *Sweeper) checkNotEmpty(ctx context.Context, refs *refsView, batch int) error {
+	if s.opts.AllowEmptyStore || refs.seen.Load() > 0 {
+		return nil
+	}
+	threads, err := s.store.ListThreads(ctx, "", 1)
+	if err != nil {
+		return fmt.Errorf("check that the store is not empty: %w", err)
+	}
+	if len(threads) > 0 {
+		return nil
+	}
+	return fmt.Errorf("%w under this prefix, yet the sweep would delete blobs (%d in the first batch); "+
+		"a wrong --prefix looks like this, so nothing was deleted (pass --allow-empty-store if the store really is empty)", ErrEmptyStore, batch)
+}
+
+// summary logs the run's one summary line, "Deleted N blobs".
+func (s *Sweeper) summary(ctx context.Context, log *slog.Logger, rep RunReport, err error) {
+	n := len(rep.Sweep.Deleted)
+	msg := fmt.Sprintf("Deleted %d blobs", n)
+	if s.opts.DryRun {
+		msg = fmt.Sprintf("Dry run: would delete %d blobs", n)
+	}
+	attrs := []any{
+		"phase", "summary", "result", Result(err),
+		"pruned_checkpoints", rep.Prune.Removed, "busy_threads", len(rep.Prune.Busy),
+		"listed", rep.Sweep.Listed, "listed_bytes", rep.Sweep.ListedBytes, "young", rep.Sweep.Young,
+		"referenced", rep.Sweep.Referenced, "candidates", rep.Sweep.Candidates,
+		"deleted", n, "bytes_freed", rep.Sweep.BytesFreed, "failed", len(rep.Sweep.Failed),
+		"pending", len(rep.Sweep.Pending), "skipped", len(rep.Sweep.Skipped),
+		"duration", rep.Duration.String(),
+	}
+	if err != nil {
+		attrs = append(attrs, "error", err.Error())
+	}
+	log.Log(ctx, levelOf(err), msg, attrs...)
+}
+
+func levelOf(err error) slog.Level {
+	switch ExitCode(err) {
+	case ExitOK:
+		return slog.LevelInfo
+	case ExitLockHeld, ExitInterrupted, ExitPartial:
+		return slog.LevelWarn
+	}
+	return slog.LevelError
+}
+
+func levelOfBool(ok bool) slog.Level {
+	if ok {
+		return slog.LevelInfo
+	}
+	return slog.LevelError
+}
+
+func newRunID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// merge returns a context that ends when ctx or stop ends.
+func merge(ctx, stop context.Context) (context.Context, context.CancelFunc) {
+	c, cancel := context.WithCancel(ctx)
+	unhook := context.AfterFunc(stop, cancel)
+	return c, func() { unhook(); cancel() }
+}
+
+// pruneStore is the store a prune runs on: the guarded view, whose
+// AcquireWriter refuses once stop has ended, so that the prune ends between
+// threads while the thread in flight finishes.
+type pruneStore struct {
+	*etcdstore.Store
+	stop context.Context
+}
+
+func (p *pruneStore) AcquireWriter(ctx context.Context, threadID string) (*cairn.Lease, error) {
+	if p.stop.Err() != nil {
+		return nil, fmt.Errorf("%w: the prune stopped before thread %q", ErrInterrupted, threadID)
+	}
+	return p.Store.AcquireWriter(ctx, threadID)
+}
+
+func (p *pruneStore) ListThreads(ctx context.Context, after string, limit int) ([]string, error) {
+	c, cancel := merge(ctx, p.stop)
+	defer cancel()
+	return p.Store.ListThreads(c, after, limit)
+}
+
+// refsView is what the sweep reads references from: the store, streamed, with
+// the read ended by stop, counting the references seen.
+type refsView struct {
+	store *etcdstore.Store
+	stop  context.Context
+	seen  atomic.Int64
+}
+
+var _ cairn.BlobReferenceWalker = (*refsView)(nil)
+
+func (r *refsView) ListBlobReferences(ctx context.Context) ([]cairn.BlobReference, error) {
+	c, cancel := merge(ctx, r.stop)
+	defer cancel()
+	list, err := r.store.ListBlobReferences(c)
+	r.seen.Add(int64(len(list)))
+	return list, err
+}
+
+func (r *refsView) WalkBlobReferences(ctx context.Context, fn func(cairn.BlobReference) error) error {
+	c, cancel := merge(ctx, r.stop)
+	defer cancel()
+	return r.store.WalkBlobReferences(c, func(ref cairn.BlobReference) error {
+		r.seen.Add(1)
+		return fn(ref)
+	})
+}
+
+// blobsView is the bucket as the sweep sees it: listings end when stop ends;
+// deletes run on the sweep's context, so the batch in flight finishes.
+type blobsView struct {
+	sweep.Blobs
+	stop context.Context
+}
+
+func (b blobsView) List(ctx context.Context, prefix, token string, limit int) (bucket.Page, error) {
+	c, cancel := merge(ctx, b.stop)
+	defer cancel()
+	return b.Blobs.List(c, prefix, token, limit)
+}
