@@ -39,9 +39,12 @@ fuzz:
 ## test: everything CI checks: lint, the race-enabled tests, brief fuzzing.
 test: lint unit fuzz
 
-## demo: the quickstart on an embedded etcd and a local S3 server.
-demo:
-	$(GO) test -count=1 -v ./conformance/...
+## demo: the quickstart on an embedded etcd and a local S3 server (versitygw
+## from ./bin; nothing outside this machine): capture a workspace into
+## checkpoints on several threads, fork, keep the newest, sweep, and print the
+## storage before and after.
+demo: tools
+	$(GO) run ./cmd/cairn-demo
 
 ## bench: cairn side by side with bare etcd and the bare S3 SDK, one table;
 ## QUICK=1 runs fewer rounds on smaller sizes, BENCHFLAGS passes more flags
