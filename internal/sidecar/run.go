@@ -133,10 +133,10 @@ type RunReport struct {
 // store.Guarded(mutex.IsOwner()), and before each delete batch a transaction
 // "If the lock is ours Then put the status record" must succeed, so a
 // sweeper that lost its lock deletes nothing more.
-func (s *Sweeper) Run(ctx, stop context.Context, mode LockMode) (rep RunReport, err error) {
+func (s *Sweeper) Run(ctx, stop context.Context, mode LockMode) (RunReport, error) {
+	var rep RunReport
 	rep.RunID = newRunID()
 	log := s.log.With("run_id", rep.RunID)
-	defer func() { s.metrics.observe(rep, err) }()
 
 	lctx, cancel := merge(ctx, stop)
 	held, err := s.lock.acquire(lctx, mode.Wait, mode.Timeout)
@@ -145,15 +145,12 @@ func (s *Sweeper) Run(ctx, stop context.Context, mode LockMode) (rep RunReport, 
 		if stop.Err() != nil && ctx.Err() == nil {
 			err = fmt.Errorf("%w while waiting for the sweeper lock", ErrInterrupted)
 		}
+		s.metrics.observe(rep, err)
 		log.Log(ctx, levelOf(err), "no run: the sweeper lock was not taken", "phase", "lock", "error", err)
 		return rep, err
 	}
 	rep.Locked, rep.LockRevision, rep.Start = true, held.Revision(), time.Now()
 	s.metrics.setLockHeld(true)
-	defer func() {
-		held.release(ctx)
-		s.metrics.setLockHeld(false)
-	}()
 	log = log.With("dry_run", s.opts.DryRun)
 	log.Info("sweeper lock taken; run started", "phase", "start", "lock_revision", rep.LockRevision,
 		"keep", s.opts.Keep, "older_than", s.opts.OlderThan.String(), "max_deletes", s.opts.MaxDeletes)
@@ -178,6 +175,11 @@ func (s *Sweeper) Run(ctx, stop context.Context, mode LockMode) (rep RunReport, 
 	if werr := held.writeStatus(context.WithoutCancel(ctx), st); werr != nil {
 		log.Warn("could not record the run's end", "phase", "done", "error", werr)
 	}
+	held.release(ctx)
+	s.metrics.setLockHeld(false)
+	// The metrics first, so that they tell the run's outcome by the time the
+	// summary line is logged.
+	s.metrics.observe(rep, err)
 	s.summary(ctx, log, rep, err)
 	return rep, err
 }
