@@ -1,0 +1,138 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+func TestMain(m *testing.M) {
+	if MemberMain() {
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// tiny is a configuration small enough for a test, with every workload.
+func tiny() Config {
+	return Config{
+		Name: "smoke", Rounds: 2,
+		B1Appends: 3, B1Entries: 20,
+		B2Writers: 3, B2Appends: 2, B2Shared: 0.8,
+		// Large enough to be staged: more than one request's worth.
+		B3Entries: 10_000, B3Iterations: 1,
+		B4Checkpoints: 20, B4Keys: 100,
+		B5Objects: 300, B5Rounds: 1,
+	}
+}
+
+// TestRunPrintsTheTable runs every workload at a tiny size and checks the
+// shape of the table. It asserts nothing about the figures: timings on a
+// shared machine under the race detector mean nothing.
+func TestRunPrintsTheTable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	var out, log bytes.Buffer
+	cfg := tiny()
+	cfg.Log = &log
+	rows, err := Run(ctx, cfg, &out)
+	if err != nil {
+		t.Fatalf("run: %v\nprogress:\n%s\noutput:\n%s", err, log.String(), out.String())
+	}
+	var ids []string
+	for _, r := range rows {
+		ids = append(ids, r.ID)
+		if !slices.Contains([]string{"met", "missed", "reported"}, r.Result) {
+			t.Errorf("%s: result %q", r.ID, r.Result)
+		}
+		if r.Cairn == "" || r.Target == "" {
+			t.Errorf("%s: empty figure or target: %+v", r.ID, r)
+		}
+	}
+	if !slices.Equal(ids, Workloads) {
+		t.Errorf("rows %v, want %v", ids, Workloads)
+	}
+	text := out.String()
+	for _, want := range []string{"smoke run", "| # | workload | cairn | baseline | median ratio | target | result |", "| B1 |", "| B6 |"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the output lacks %q:\n%s", want, text)
+		}
+	}
+	t.Logf("\n%s", text)
+}
+
+func TestOnlySelects(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg := tiny()
+	cfg.Only = []string{"B6"}
+	var out bytes.Buffer
+	rows, err := Run(ctx, cfg, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows[0].ID != "B6" {
+		t.Fatalf("rows %+v, want B6 alone", rows)
+	}
+	cfg.Only = []string{"B9"}
+	if _, err := Run(ctx, cfg, &out); err == nil {
+		t.Fatal("an unknown workload was accepted")
+	}
+}
+
+func TestQuantileAndMedian(t *testing.T) {
+	ds := []time.Duration{5, 1, 4, 2, 3}
+	if got := quantile(ds, .5); got != 3 {
+		t.Errorf("p50 %v", got)
+	}
+	if got := quantile(ds, .99); got != 5 {
+		t.Errorf("p99 %v", got)
+	}
+	if got := quantile(ds, 0); got != 1 {
+		t.Errorf("p0 %v", got)
+	}
+	if got := median([]float64{4, 1, 3, 2}); got != 2.5 {
+		t.Errorf("median %v", got)
+	}
+	if got := fmtInt(1234567); got != "1,234,567" {
+		t.Errorf("fmtInt %q", got)
+	}
+}
+
+func TestMayWrite(t *testing.T) {
+	// A read-only transaction is not a write; the bench counts retries by
+	// write transactions, so this matters.
+	ctx := context.Background()
+	cli, stop, err := (&runner{tmp: t.TempDir(), log: &bytes.Buffer{}}).etcd(ctx, "maywrite")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	tctx, tl := withTally(ctx, true)
+	if _, err := cli.Put(tctx, "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Get(tctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	inner, il := withTally(tctx, false)
+	if _, err := cli.Txn(inner).Then(clientv3.OpGet("k")).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	calls := tl.snapshot()
+	if len(calls) != 3 || !calls[0].write || calls[1].write || calls[2].write {
+		t.Fatalf("calls %+v", calls)
+	}
+	if calls[0].req == 0 || calls[1].resp == 0 {
+		t.Fatalf("sizes not recorded: %+v", calls)
+	}
+	if il.count() != 1 || il.writes() != 0 {
+		t.Fatalf("inner tally: %d calls, %d writes", il.count(), il.writes())
+	}
+}
