@@ -1,0 +1,387 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/bucket"
+	"github.com/cairnstore/cairn/etcdstore"
+	"github.com/cairnstore/cairn/integration/internal/harness"
+	"github.com/cairnstore/cairn/integration/internal/lincheck"
+	"github.com/cairnstore/cairn/internal/s3test"
+	"github.com/cairnstore/cairn/sweep"
+)
+
+// startCluster starts a three-member cluster with peer proxies for the test.
+func startCluster(t *testing.T) *harness.Cluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := harness.StartCluster(ctx, harness.ClusterConfig{Dir: t.TempDir(), PeerProxies: true, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			keepLogs(t, c)
+		}
+		c.Close()
+	})
+	return c
+}
+
+// keepLogs copies the members' logs to the artifact directory.
+func keepLogs(t *testing.T, c *harness.Cluster) {
+	dir := artifactDir(t)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Logf("keep member logs: %v", err)
+		return
+	}
+	for _, m := range c.Members {
+		if b, err := os.ReadFile(m.LogPath); err == nil {
+			_ = os.WriteFile(filepath.Join(dir, m.Name+".log"), b, 0o644)
+		}
+	}
+	t.Logf("member logs kept in %s", dir)
+}
+
+// blobPool uploads the blobs checkpoints reference: file blobs, then two
+// artifact blobs at the end.
+func blobPool(t *testing.T, b bucket.Putter) []bucket.Blob {
+	t.Helper()
+	var blobs []bucket.Blob
+	for i := 0; i < 12; i++ {
+		blobs = append(blobs, bucket.FileBlob([]byte(fmt.Sprintf("file blob %d", i))))
+	}
+	blobs = append(blobs, bucket.ArtifactBlob([]byte("artifact blob 0")), bucket.ArtifactBlob([]byte("artifact blob 1")))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := bucket.UploadBlobs(ctx, b, blobs); err != nil {
+		t.Fatal(err)
+	}
+	return blobs
+}
+
+func newS3(t *testing.T) (*bucket.S3, *s3test.Server) {
+	t.Helper()
+	srv := s3test.StartVersityGW(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := bucket.NewS3(ctx, bucket.Config{
+		Endpoint: srv.Endpoint, Region: srv.Region, Bucket: srv.Bucket, PathStyle: true,
+		AccessKeyID: srv.AccessKeyID, SecretAccessKey: srv.SecretAccessKey,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b, srv
+}
+
+// faultInjector cycles through the faults until ctx ends: SIGKILL the
+// leader (found with the Status API) and restart it, SIGKILL a follower and
+// restart it, and cut a member off from its peers (every member has clients
+// pinned to it) by blackholing its peer proxy.
+type faultInjector struct {
+	t       *testing.T
+	cluster *harness.Cluster
+	r       *rand.Rand
+	mu      sync.Mutex
+	applied []string
+}
+
+func (f *faultInjector) note(format string, args ...any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	msg := fmt.Sprintf(format, args...)
+	f.applied = append(f.applied, msg)
+	f.t.Logf("fault: %s", msg)
+}
+
+func (f *faultInjector) run(ctx context.Context) error {
+	kinds := []string{"kill-leader", "partition", "kill-follower"}
+	for i := 0; ; i++ {
+		pause(ctx, f.r, 700*time.Millisecond, 1500*time.Millisecond)
+		if ctx.Err() != nil {
+			return nil
+		}
+		hctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		leader, err := f.cluster.Leader(hctx)
+		if err != nil {
+			cancel()
+			return fmt.Errorf("find the leader: %w", err)
+		}
+		switch kinds[i%len(kinds)] {
+		case "kill-leader":
+			start := time.Now()
+			leader.Kill()
+			pause(ctx, f.r, time.Second, 2500*time.Millisecond)
+			if err := leader.Restart(); err != nil {
+				cancel()
+				return err
+			}
+			f.note("SIGKILL leader %s, restarted after %v", leader.Name, time.Since(start).Round(time.Millisecond))
+		case "kill-follower":
+			var m *harness.Member
+			for m == nil || m == leader {
+				m = f.cluster.Members[f.r.IntN(len(f.cluster.Members))]
+			}
+			start := time.Now()
+			m.Kill()
+			pause(ctx, f.r, 500*time.Millisecond, 2*time.Second)
+			if err := m.Restart(); err != nil {
+				cancel()
+				return err
+			}
+			f.note("SIGKILL follower %s, restarted after %v", m.Name, time.Since(start).Round(time.Millisecond))
+		case "partition":
+			m := f.cluster.Members[f.r.IntN(len(f.cluster.Members))]
+			role := "follower"
+			if m == leader {
+				role = "leader"
+			}
+			start := time.Now()
+			m.Blackhole()
+			pause(ctx, f.r, 2*time.Second, 4*time.Second)
+			m.Unblackhole()
+			f.note("blackholed the peer traffic of %s %s for %v", role, m.Name, time.Since(start).Round(time.Millisecond))
+		}
+		err = f.cluster.WaitHealthy(hctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("cluster did not heal: %w", err)
+		}
+	}
+}
+
+// heal ends every fault: it lets peer traffic through and restarts members
+// that are down, then waits for the cluster.
+func heal(t *testing.T, c *harness.Cluster) {
+	t.Helper()
+	for _, m := range c.Members {
+		m.Unblackhole()
+		if !m.Running() {
+			if err := m.Restart(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := c.WaitHealthy(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// workloadConfig sizes a run of the workload.
+type workloadConfig struct {
+	threads, writersPerThread, readers, forkers int
+}
+
+var defaultWorkload = workloadConfig{threads: 3, writersPerThread: 3, readers: 2, forkers: 1}
+
+// runWorkload runs the workers for d while during (when set) runs beside
+// them; it returns during's error.
+func (c *campaign) runWorkload(d time.Duration, cfg workloadConfig, during func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	clockCtx, stopClock := context.WithCancel(context.Background())
+	defer stopClock()
+	go c.clock.run(clockCtx)
+	var wg sync.WaitGroup
+	seed := uint64(time.Now().UnixNano())
+	c.t.Logf("workload seed %d", seed)
+	n := 0
+	for i := 0; i < cfg.threads; i++ {
+		thread := fmt.Sprintf("t%d", i)
+		c.addThread(thread)
+		for k := 0; k < cfg.writersPerThread; k++ {
+			cl := c.newClient(i+k, seed+uint64(n))
+			n++
+			wg.Go(func() { c.writer(ctx, cl, thread) })
+		}
+	}
+	for i := 0; i < cfg.readers; i++ {
+		cl := c.newClient(i, seed+uint64(n))
+		n++
+		wg.Go(func() { c.reader(ctx, cl) })
+	}
+	for i := 0; i < cfg.forkers; i++ {
+		cl := c.newClient(i+1, seed+uint64(n))
+		n++
+		wg.Go(func() { c.forker(ctx, cl, i) })
+	}
+	var duringErr error
+	if during != nil {
+		wg.Go(func() { duringErr = during(ctx) })
+	}
+	wg.Wait()
+	return duringErr
+}
+
+// checkResult is what checkAll found.
+type checkResult struct {
+	lin      lincheck.Result
+	ops      int
+	fences   fenceReport
+	findings []string
+}
+
+// checkAll checks the recorded history for linearizability and etcd's
+// history for fences, and reports what it found without failing the test.
+func (c *campaign) checkAll(ctx context.Context, name string) (checkResult, error) {
+	var res checkResult
+	ops := c.hist.Operations()
+	res.ops = len(ops)
+	c.mu.Lock()
+	res.findings = append(res.findings, c.errs...)
+	c.mu.Unlock()
+	res.lin = lincheck.Check(lincheck.Model(cairn.Millis(leaseDuration)), ops, 3*time.Minute, artifactDir(c.t), name)
+	cli := c.clients[0]
+	var err error
+	res.fences, err = checkFences(ctx, cli, c.layout, c.allThreads(), c.nonces)
+	return res, err
+}
+
+// TestFaultCampaign runs the workload against the three-member cluster while
+// members are killed, restarted and cut off, then checks that the client
+// history is linearizable, that every committed write was made under the
+// lease current at its commit, that Verify finds the store consistent
+// (reference counts equal the counts recomputed from the checkpoints), that
+// the members agree byte for byte, and that a sweep keeps every referenced
+// blob. Its length is CAIRN_CAMPAIGN (default 40s).
+func TestFaultCampaign(t *testing.T) {
+	d := campaignDuration(t)
+	cluster := startCluster(t)
+	bkt, _ := newS3(t)
+	blobs := blobPool(t, bkt)
+	c := newCampaign(t, cluster.Endpoints(), "cairn-it/", blobs)
+	defer c.closeStores()
+	c.setupSource()
+
+	faults := &faultInjector{t: t, cluster: cluster, r: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))}
+	if err := c.runWorkload(d, defaultWorkload, faults.run); err != nil {
+		t.Errorf("fault injection: %v", err)
+	}
+	heal(t, cluster)
+	c.finalReads(0)
+	ops := c.hist.Operations()
+	t.Logf("history: %d operations:%s", len(ops), lincheck.Summary(ops))
+	t.Logf("faults applied: %d; unknown outcomes resolved with Retry: %d", len(faults.applied), c.retries.Load())
+	if len(faults.applied) == 0 {
+		t.Errorf("the campaign of %v injected no fault", d)
+	}
+	if n := c.logs.count("session lease lost"); n > 0 {
+		t.Errorf("a store lost the etcd lease behind its writer records %d times; the model assumes writer records end only by release or takeover", n)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	res, err := c.checkAll(ctx, "fault-campaign")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range res.findings {
+		t.Errorf("content: %s", f)
+	}
+	switch res.lin.Verdict {
+	case porcupine.Ok:
+		t.Logf("linearizable: %d operations", res.ops)
+	default:
+		t.Errorf("history is not linearizable (%s); visualization: %s %v", res.lin.Verdict, res.lin.Visualization, res.lin.VisualizationErr)
+	}
+	t.Logf("fences: %d committed writes and %d acquires checked", res.fences.Writes, res.fences.Acquires)
+	for _, v := range res.fences.Violations {
+		t.Errorf("fence: %s", v)
+	}
+	for _, u := range res.fences.Unknown {
+		t.Errorf("fence: a committed write no recorded operation sent: %s", u)
+	}
+	if res.fences.Writes == 0 || res.fences.Acquires == 0 {
+		t.Errorf("the fence check saw %d writes and %d acquires; want both > 0", res.fences.Writes, res.fences.Acquires)
+	}
+
+	c.closeStores()
+	checker := c.newStore(0)
+	rep, err := checker.Verify(ctx, etcdstore.VerifyOptions{})
+	if err != nil {
+		t.Fatalf("Verify: %v", err)
+	}
+	t.Logf("Verify at revision %d: %d threads, %d checkpoints, %d blob keys, %d references, %d garbage", rep.Revision, rep.Threads, rep.Checkpoints, rep.BlobKeys, rep.References, len(rep.Garbage))
+	if !rep.OK() {
+		for _, p := range rep.Problems {
+			t.Errorf("Verify: %s", p)
+		}
+	}
+	checkMembersAgree(t, ctx, cluster)
+	checkSweepKeepsReferenced(t, ctx, checker, bkt)
+}
+
+// checkMembersAgree compares the members' key-value hashes at one revision.
+func checkMembersAgree(t *testing.T, ctx context.Context, cluster *harness.Cluster) {
+	t.Helper()
+	cli, err := cluster.Client(cluster.Endpoints()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	resp, err := cli.Get(ctx, "cairn-hash-probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev := resp.Header.Revision
+	var hashes []string
+	var first uint32
+	for i, m := range cluster.Members {
+		var h uint32
+		var herr error
+		for try := 0; try < 50; try++ { // a member may still be catching up
+			r, err := cli.HashKV(ctx, m.ClientURL, rev)
+			if herr = err; err == nil {
+				h = r.Hash
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if herr != nil {
+			t.Fatalf("HashKV of %s at revision %d: %v", m.Name, rev, herr)
+		}
+		hashes = append(hashes, fmt.Sprintf("%s=%08x", m.Name, h))
+		if i == 0 {
+			first = h
+		} else if h != first {
+			t.Errorf("members disagree at revision %d: %s", rev, strings.Join(hashes, " "))
+		}
+	}
+	t.Logf("members agree at revision %d: %s", rev, strings.Join(hashes, " "))
+}
+
+// checkSweepKeepsReferenced sweeps every unreferenced blob (no age limit)
+// and checks that each blob a checkpoint references is still there.
+func checkSweepKeepsReferenced(t *testing.T, ctx context.Context, store *etcdstore.Store, bkt *bucket.S3) {
+	t.Helper()
+	rep, err := sweep.Sweep(ctx, store, bkt, sweep.Options{OlderThan: 0, Now: func() time.Time { return time.Now().Add(time.Hour) }})
+	if err != nil {
+		t.Fatalf("sweep: %v", err)
+	}
+	refs, err := store.ListBlobReferences(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range refs {
+		if _, err := bkt.Head(ctx, r.Key); err != nil {
+			t.Errorf("blob %s has %d references but the bucket lost it: %v", r.Key, r.References, err)
+		}
+	}
+	t.Logf("sweep: %d listed, %d deleted, %d referenced keys kept", rep.Listed, len(rep.Deleted), len(refs))
+}
