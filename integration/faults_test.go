@@ -186,9 +186,11 @@ func heal(t *testing.T, c *harness.Cluster) {
 // workloadConfig sizes a run of the workload.
 type workloadConfig struct {
 	threads, writersPerThread, readers, forkers int
+	// staleOneIn: one lease in staleOneIn is never renewed (see writer).
+	staleOneIn int
 }
 
-var defaultWorkload = workloadConfig{threads: 3, writersPerThread: 3, readers: 2, forkers: 1}
+var defaultWorkload = workloadConfig{threads: 3, writersPerThread: 3, readers: 2, forkers: 1, staleOneIn: 4}
 
 // runWorkload runs the workers for d while during (when set) runs beside
 // them; it returns during's error.
@@ -208,7 +210,7 @@ func (c *campaign) runWorkload(d time.Duration, cfg workloadConfig, during func(
 		for k := 0; k < cfg.writersPerThread; k++ {
 			cl := c.newClient(i+k, seed+uint64(n))
 			n++
-			wg.Go(func() { c.writer(ctx, cl, thread) })
+			wg.Go(func() { c.writer(ctx, cl, thread, max(1, cfg.staleOneIn)) })
 		}
 	}
 	for i := 0; i < cfg.readers; i++ {
@@ -246,7 +248,11 @@ func (c *campaign) checkAll(ctx context.Context, name string) (checkResult, erro
 	c.mu.Lock()
 	res.findings = append(res.findings, c.errs...)
 	c.mu.Unlock()
-	res.lin = lincheck.Check(lincheck.Model(cairn.Millis(leaseDuration)), ops, 3*time.Minute, artifactDir(c.t), name)
+	dir := c.artifacts
+	if dir == "" {
+		dir = artifactDir(c.t)
+	}
+	res.lin = lincheck.Check(lincheck.Model(cairn.Millis(leaseDuration)), ops, 3*time.Minute, dir, name)
 	cli := c.clients[0]
 	var err error
 	res.fences, err = checkFences(ctx, cli, c.layout, c.allThreads(), c.nonces)

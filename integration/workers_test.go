@@ -42,12 +42,12 @@ func (c *campaign) setupSource() {
 }
 
 // writer races for the thread's lease and writes while it holds it. One
-// lease in four is "stale": its holder never renews it and keeps writing until
+// lease in staleOneIn is "stale": its holder never renews it and keeps writing until
 // the store says WRITER_LOST, after the lease expired on the logical clock or
 // another client took it over. Now and then a writer stalls, as a process
 // in a long pause would, and wakes up to write with a lease that may have
 // been taken over meanwhile.
-func (c *campaign) writer(ctx context.Context, cl *client, thread string) {
+func (c *campaign) writer(ctx context.Context, cl *client, thread string, staleOneIn int) {
 	var lease *cairn.Lease
 	var lastRenew float64
 	stale := false
@@ -59,7 +59,7 @@ func (c *campaign) writer(ctx context.Context, cl *client, thread string) {
 				pause(ctx, cl.r, 20*time.Millisecond, 120*time.Millisecond)
 				continue
 			}
-			lease, lastRenew, stale, known = l, l.ExpiresAt()-cairn.Millis(leaseDuration), cl.r.IntN(4) == 0, false
+			lease, lastRenew, stale, known = l, l.ExpiresAt()-cairn.Millis(leaseDuration), cl.r.IntN(staleOneIn) == 0, false
 			continue
 		}
 		w := lease.Writer
@@ -83,11 +83,11 @@ func (c *campaign) writer(ctx context.Context, cl *client, thread string) {
 		}
 		var out lincheck.Output
 		switch p := cl.r.IntN(100); {
-		case p < 1:
+		case p < 1 && !stale:
 			cl.release(lease)
 			lease = nil
 			continue
-		case p < 2:
+		case p < 2 && !stale:
 			pause(ctx, cl.r, time.Second, 3*time.Second)
 			continue
 		case p < 60:

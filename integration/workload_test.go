@@ -96,6 +96,9 @@ type campaign struct {
 	logs     *logCapture
 	errs     []string // findings outside the history (content checks)
 	retries  atomic.Int64
+	// artifacts, when set, replaces artifactDir for the visualization of
+	// an expected violation.
+	artifacts string
 }
 
 // newCampaign prepares a campaign on the given member endpoints: one client
