@@ -52,9 +52,9 @@ type Config struct {
 func Full() Config {
 	return Config{
 		Name: "full", Rounds: 7,
-		B1Appends: 200, B1Entries: 200,
-		B2Writers: 32, B2Appends: 30, B2Shared: 0.8,
-		B3Entries: 20_000, B3Iterations: 3,
+		B1Appends: 300, B1Entries: 200,
+		B2Writers: 32, B2Appends: 60, B2Shared: 0.8,
+		B3Entries: 20_000, B3Iterations: 5,
 		B4Checkpoints: 2_000, B4Keys: 500,
 		B5Objects: 100_000, B5Rounds: 5,
 	}
@@ -64,12 +64,12 @@ func Full() Config {
 // with fewer rounds and smaller sizes, in well under two minutes.
 func Quick() Config {
 	return Config{
-		Name: "QUICK", Rounds: 3,
-		B1Appends: 60, B1Entries: 200,
-		B2Writers: 32, B2Appends: 10, B2Shared: 0.8,
-		B3Entries: 20_000, B3Iterations: 1,
+		Name: "QUICK", Rounds: 5,
+		B1Appends: 100, B1Entries: 200,
+		B2Writers: 32, B2Appends: 20, B2Shared: 0.8,
+		B3Entries: 20_000, B3Iterations: 2,
 		B4Checkpoints: 400, B4Keys: 500,
-		B5Objects: 10_000, B5Rounds: 3,
+		B5Objects: 20_000, B5Rounds: 3,
 	}
 }
 
