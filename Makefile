@@ -9,7 +9,7 @@ VERSITYGW_VERSION := v1.8.0
 
 FUZZTIME ?= 10s
 
-.PHONY: all test unit lint fuzz tools demo bench clean
+.PHONY: all test unit lint fuzz tools debian-etcd integration campaign cluster demo bench clean
 
 all: lint test
 
@@ -18,11 +18,30 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-## tools: build the pinned tool binaries the tests start into ./bin.
-tools: $(BIN)/versitygw
+## tools: build the pinned tool binaries the tests start into ./bin, and
+## install Debian's etcd 3.4 for the compatibility test.
+tools: $(BIN)/versitygw debian-etcd
 
 $(BIN)/versitygw:
 	GOBIN=$(BIN) $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
+
+# Debian's etcd-server package: etcd 3.4, the oldest server the integration
+# suite checks the store against (TestConformanceOnDebianEtcd34).
+DEBIAN_ETCD := /usr/bin/etcd
+
+## debian-etcd: install Debian's etcd-server when it is missing. That needs
+## root on Debian; anywhere else it says what to do, and the test that needs
+## the server fails until then (it never skips).
+debian-etcd:
+	@if [ -x $(DEBIAN_ETCD) ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && [ -f /etc/debian_version ] && command -v apt-get >/dev/null; then \
+	  echo "installing Debian's etcd-server (etcd 3.4) for the integration suite"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends etcd-server >/dev/null; \
+	else \
+	  echo "make tools: $(DEBIAN_ETCD) is missing, and etcd-server can only be installed here as root on Debian."; \
+	  echo "  Run: sudo apt-get install etcd-server   (or set CAIRN_DEBIAN_ETCD to an etcd 3.4 binary)."; \
+	  echo "  Until then TestConformanceOnDebianEtcd34 in ./integration fails."; \
+	fi
 
 ## unit: the race-enabled test suite.
 unit: tools
@@ -35,6 +54,24 @@ fuzz:
 	    echo "fuzz $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$pkg; \
 	  done; \
 	done
+
+## integration: the integration suite alone: separate etcd processes, the
+## fault campaign, etcd 3.4, TLS and authentication, the compose file. `make
+## unit` runs it too.
+integration: tools
+	$(GO) test -race -count=1 -timeout 20m -v ./integration/...
+
+## campaign: a longer fault campaign; DURATION is a Go duration, e.g.
+## make campaign DURATION=30m
+DURATION ?= 10m
+campaign: tools
+	CAIRN_CAMPAIGN=$(DURATION) $(GO) test -race -count=1 -timeout 0 -v -run '^TestFaultCampaign$$' ./integration/
+
+## cluster: three etcd members and versitygw on loopback, the topology of
+## docker-compose.yml as local processes; prints the endpoints and runs until
+## Ctrl-C.
+cluster: tools
+	$(GO) run ./integration/cmd/cluster
 
 ## test: everything CI checks: lint, the race-enabled tests, brief fuzzing.
 test: lint unit fuzz
