@@ -125,14 +125,25 @@ func (s *Store) records(w *newCheckpoint, st threadState, seq uint64, n keys.Non
 	return []clientv3.Op{
 		clientv3.OpPut(string(s.layout.Thread(c.ThreadID)), string(tv)),
 		clientv3.OpPut(string(s.layout.Checkpoint(c.ThreadID, c.CreatedAt, c.ID)), string(mv)),
-		clientv3.OpPut(string(s.layout.Index(c.ID)), idxValue(idxRec{Thread: c.ThreadID, CreatedAt: c.CreatedAt, Seq: seq, Nonce: n.String()})),
+		clientv3.OpPut(string(s.layout.Index(c.ID)), idxValue(idxRec{Thread: c.ThreadID, CreatedAt: keyFloat(c.CreatedAt), Seq: seq, Nonce: n.String()})),
 	}
 }
 
 func (st threadState) nextRecord(w *newCheckpoint, seq uint64, n keys.Nonce) threadRec {
 	rec := st.rec
-	rec.Head, rec.HeadSeq, rec.HeadCreatedAt, rec.LastSeq, rec.Op = w.c.ID, seq, w.c.CreatedAt, seq, n.String()
+	rec.Head, rec.HeadSeq, rec.HeadCreatedAt, rec.LastSeq, rec.Op = w.c.ID, seq, keyFloat(w.c.CreatedAt), seq, n.String()
 	return rec
+}
+
+// keyFloat returns createdAt as the key encoding sees it: -0 as +0. Records
+// that locate a checkpoint record (its index record, the thread's head) hold
+// this form, so that they equal what is rebuilt from the key; the body keeps
+// the createdAt that was appended.
+func keyFloat(f float64) float64 {
+	if f == 0 {
+		return 0
+	}
+	return f
 }
 
 // threadCmp compares the thread record with a known state.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 
@@ -249,5 +250,38 @@ func TestGuarded(t *testing.T) {
 	}
 	if after := readState(t, s, "t"); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Fatalf("guarded writes changed the store: %+v -> %+v", before, after)
+	}
+}
+
+// TestNegativeZeroCreatedAt appends a checkpoint whose createdAt is -0, a
+// finite number the contract accepts: it reads back as -0, Verify finds the
+// store consistent, and a prune whose cleanup runs after the transaction
+// leaves no garbage behind.
+func TestNegativeZeroCreatedAt(t *testing.T) {
+	_, cli := embedetcd.ForTest(t)
+	ctx := testContext(t)
+	s := newStore(t, cli, "negzero/", etcdstore.Options{})
+	l, _ := s.AcquireWriter(ctx, "t")
+	prev := ""
+	for i := range 60 {
+		c := smallCheckpoint(fmt.Sprintf("c%02d", i), "t", prev, "k")
+		c.CreatedAt = math.Copysign(0, -1)
+		if _, err := s.Append(ctx, cairn.AppendInput{Checkpoint: c, ExpectedHeadID: prev, Writer: l.Writer}); err != nil {
+			t.Fatal(err)
+		}
+		prev = c.ID
+	}
+	got, err := s.Get(ctx, "c00")
+	if err != nil || got == nil || !math.Signbit(got.CreatedAt) {
+		t.Fatalf("get: %v, %v", got, err)
+	}
+	if r, err := s.Verify(ctx, etcdstore.VerifyOptions{}); err != nil || !r.OK() {
+		t.Fatalf("verify: %v, %v", r.Problems, err)
+	}
+	if _, err := s.DeleteCheckpoints(ctx, cairn.DeleteCheckpointsInput{ThreadID: "t", Keep: 1, Writer: l.Writer}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.Verify(ctx, etcdstore.VerifyOptions{}); err != nil || !r.OK() || len(r.Garbage) != 0 {
+		t.Fatalf("verify after prune: %v %v, %v", r.Problems, r.Garbage, err)
 	}
 }

@@ -107,11 +107,6 @@ func TestConformanceOnDebianEtcd34(t *testing.T) {
 		}
 		checkpoints += rep.Checkpoints
 		for _, p := range rep.Problems {
-			if negativeZeroIndexProblem(p) {
-				// Not a 3.4 difference: see TestKnownBugVerifyNegativeZeroCreatedAt.
-				t.Logf("Verify of store %d: known bug, not a 3.4 difference: %s", i, p)
-				continue
-			}
 			t.Errorf("Verify of store %d on etcd %s: %s", i, st.Version, p)
 		}
 	}
