@@ -241,7 +241,7 @@ func TestComposeFile(t *testing.T) {
 			t.Errorf("sweeper: ports %v do not publish --listen %s", s.Ports, cfg.Listen)
 		}
 		// And the binary's --help lists every flag the command uses.
-		help, err := exec.Command(buildSweeper(t, root), "--help").CombinedOutput()
+		help, err := exec.Command(buildSweeper(t), "--help").CombinedOutput()
 		if err != nil {
 			t.Fatalf("sweeper --help: %v\n%s", err, help)
 		}
@@ -288,23 +288,17 @@ func TestComposeFile(t *testing.T) {
 	t.Run("RunLocally", func(t *testing.T) { runComposeLocally(t, f, root) })
 }
 
-// buildSweeper builds the sweeper and the health probe as the Dockerfile
-// does and returns the sweeper's path.
-func buildSweeper(t *testing.T, root string) string {
-	t.Helper()
-	return buildPackage(t, root, "./cmd/sweeper", "sweeper")
-}
+// buildSweeper builds the sweeper as the Dockerfile does and returns its
+// path.
+func buildSweeper(t *testing.T) string { return buildPackage(t, "./cmd/sweeper") }
 
-func buildPackage(t *testing.T, root, pkg, name string) string {
+func buildPackage(t *testing.T, pkg string) string {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), name)
-	cmd := exec.Command("go", "build", "-o", out, pkg)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	p, err := harness.Build(pkg)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out
+	return p
 }
 
 // runComposeLocally runs the services' own commands on loopback: each
@@ -420,8 +414,8 @@ func runComposeLocally(t *testing.T, f composeFile, root string) {
 	for k, v := range sw.Environment {
 		env = append(env, k+"="+v)
 	}
-	swProc := start("sweeper", buildSweeper(t, root), swArgs, env)
-	probe := buildPackage(t, root, "./internal/httpprobe", "httpprobe")
+	swProc := start("sweeper", buildSweeper(t), swArgs, env)
+	probe := buildPackage(t, "./internal/httpprobe")
 	hc := sw.Healthcheck.Test
 	probeURL := rewrite("sweeper", hc[len(hc)-1], nil)
 	var probeErr error

@@ -19,7 +19,6 @@ import (
 	"github.com/cairnstore/cairn/integration/internal/harness"
 	"github.com/cairnstore/cairn/integration/internal/lincheck"
 	"github.com/cairnstore/cairn/internal/s3test"
-	"github.com/cairnstore/cairn/sweep"
 )
 
 // startCluster starts a three-member cluster with peer proxies for the test.
@@ -89,9 +88,11 @@ func newS3(t *testing.T) (*bucket.S3, *s3test.Server) {
 }
 
 // faultInjector cycles through the faults until ctx ends: SIGKILL the
-// leader (found with the Status API) and restart it, SIGKILL a follower and
-// restart it, and cut a member off from its peers (every member has clients
-// pinned to it) by blackholing its peer proxy.
+// leader (found with the Status API) and restart it, cut a member off from
+// its peers (every member has clients pinned to it) by blackholing its peer
+// proxy, SIGKILL a follower and restart it, and pause the leader with SIGSTOP
+// (writes through the other members then time out with their outcome
+// unknown, and the paused leader wakes up deposed).
 type faultInjector struct {
 	t       *testing.T
 	cluster *harness.Cluster
@@ -109,7 +110,7 @@ func (f *faultInjector) note(format string, args ...any) {
 }
 
 func (f *faultInjector) run(ctx context.Context) error {
-	kinds := []string{"kill-leader", "partition", "kill-follower"}
+	kinds := []string{"kill-leader", "partition", "kill-follower", "pause-leader"}
 	for i := 0; ; i++ {
 		pause(ctx, f.r, 700*time.Millisecond, 1500*time.Millisecond)
 		if ctx.Err() != nil {
@@ -144,6 +145,12 @@ func (f *faultInjector) run(ctx context.Context) error {
 				return err
 			}
 			f.note("SIGKILL follower %s, restarted after %v", m.Name, time.Since(start).Round(time.Millisecond))
+		case "pause-leader":
+			start := time.Now()
+			leader.Pause()
+			pause(ctx, f.r, 1500*time.Millisecond, 3*time.Second)
+			leader.Resume()
+			f.note("SIGSTOP leader %s, SIGCONT after %v", leader.Name, time.Since(start).Round(time.Millisecond))
 		case "partition":
 			m := f.cluster.Members[f.r.IntN(len(f.cluster.Members))]
 			role := "follower"
@@ -269,7 +276,7 @@ func (c *campaign) checkAll(ctx context.Context, name string) (checkResult, erro
 func TestFaultCampaign(t *testing.T) {
 	d := campaignDuration(t)
 	cluster := startCluster(t)
-	bkt, _ := newS3(t)
+	bkt, srv := newS3(t)
 	blobs := blobPool(t, bkt)
 	c := newCampaign(t, cluster.Endpoints(), "cairn-it/", blobs)
 	defer c.closeStores()
@@ -330,7 +337,22 @@ func TestFaultCampaign(t *testing.T) {
 		}
 	}
 	checkMembersAgree(t, ctx, cluster)
-	checkSweepKeepsReferenced(t, ctx, checker, bkt)
+
+	// The sweeper, as an operator runs it after an incident: keep the
+	// newest three checkpoints of every thread, delete every unreferenced
+	// blob, and --verify the store.
+	code, logs := runSweeper(t, []string{
+		"--once", "--verify", "--prefix=" + c.prefix, "--etcd-endpoints=" + strings.Join(cluster.Endpoints(), ","),
+		"--s3-endpoint=" + srv.Endpoint, "--s3-bucket=" + srv.Bucket, "--s3-region=" + srv.Region, "--s3-path-style",
+		"--keep=3", "--older-than=0s",
+	}, map[string]string{"CAIRN_S3_ACCESS_KEY_ID": srv.AccessKeyID, "CAIRN_S3_SECRET_ACCESS_KEY": srv.SecretAccessKey})
+	verified := logLines(logs, `"msg":"store verified"`)
+	if code != 0 || len(verified) != 1 || !strings.Contains(verified[0], `"problems":0,`) {
+		t.Errorf("sweeper --once --verify exited %d; its log:\n%s", code, logs)
+	} else {
+		t.Logf("sweeper: %s", verified[0])
+	}
+	checkReferencedBlobsKept(t, ctx, checker, bkt)
 }
 
 // checkMembersAgree compares the members' key-value hashes at one revision.
@@ -372,14 +394,10 @@ func checkMembersAgree(t *testing.T, ctx context.Context, cluster *harness.Clust
 	t.Logf("members agree at revision %d: %s", rev, strings.Join(hashes, " "))
 }
 
-// checkSweepKeepsReferenced sweeps every unreferenced blob (no age limit)
-// and checks that each blob a checkpoint references is still there.
-func checkSweepKeepsReferenced(t *testing.T, ctx context.Context, store *etcdstore.Store, bkt *bucket.S3) {
+// checkReferencedBlobsKept checks that each blob a checkpoint references is
+// still in the bucket.
+func checkReferencedBlobsKept(t *testing.T, ctx context.Context, store *etcdstore.Store, bkt *bucket.S3) {
 	t.Helper()
-	rep, err := sweep.Sweep(ctx, store, bkt, sweep.Options{OlderThan: 0, Now: func() time.Time { return time.Now().Add(time.Hour) }})
-	if err != nil {
-		t.Fatalf("sweep: %v", err)
-	}
 	refs, err := store.ListBlobReferences(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -389,5 +407,15 @@ func checkSweepKeepsReferenced(t *testing.T, ctx context.Context, store *etcdsto
 			t.Errorf("blob %s has %d references but the bucket lost it: %v", r.Key, r.References, err)
 		}
 	}
-	t.Logf("sweep: %d listed, %d deleted, %d referenced keys kept", rep.Listed, len(rep.Deleted), len(refs))
+	left := 0
+	for _, err := range bucket.Objects(ctx, bkt, "sandbox-", 0) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		left++
+	}
+	t.Logf("bucket: %d blobs left, %d referenced", left, len(refs))
+	if left != len(refs) {
+		t.Errorf("the sweep left %d blobs for %d referenced keys", left, len(refs))
+	}
 }

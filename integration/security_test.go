@@ -8,6 +8,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,9 +24,11 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/bucket"
 	"github.com/cairnstore/cairn/conformance"
 	"github.com/cairnstore/cairn/etcdstore"
 	"github.com/cairnstore/cairn/integration/internal/harness"
+	"github.com/cairnstore/cairn/internal/s3test"
 )
 
 // Secrets of the secured cluster. The log checks look for them.
@@ -271,7 +277,112 @@ func TestTLSAndAuth(t *testing.T) {
 		}
 		t.Logf("no client certificate: %v", err)
 	})
+	t.Run("Sweeper", func(t *testing.T) { sweeperWithTLSAndAuth(t, sc) })
 	requireNoSecrets(t, "the store or the etcd client", logs.String(), rootPassword, appPassword, intruderPassword)
+}
+
+// sweeperWithTLSAndAuth runs the sweeper binary against the secured cluster
+// with its TLS and authentication flags, the password from a file or from
+// the environment, and checks that no password, S3 secret or private key
+// appears in anything it logs.
+func sweeperWithTLSAndAuth(t *testing.T, sc *securedCluster) {
+	srv := s3test.StartVersityGW(t)
+	dir := t.TempDir()
+	pwFile := filepath.Join(dir, "etcd-password")
+	if err := os.WriteFile(pwFile, []byte(appPassword+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	keyPEM, err := os.ReadFile(sc.app.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every line of the key's base64 body is a secret too.
+	secrets := []string{rootPassword, appPassword, intruderPassword, srv.SecretAccessKey}
+	for _, l := range strings.Split(string(keyPEM), "\n") {
+		if l != "" && !strings.HasPrefix(l, "-----") {
+			secrets = append(secrets, l)
+		}
+	}
+	// A store with three checkpoints on referenced blobs, and a blob no
+	// checkpoint references.
+	prefix := securePrefix + "sweeper/"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	bkt, err := bucket.NewS3(ctx, bucket.Config{Endpoint: srv.Endpoint, Region: srv.Region, Bucket: srv.Bucket, PathStyle: true, AccessKeyID: srv.AccessKeyID, SecretAccessKey: srv.SecretAccessKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bkt.Close()
+	blobs := []bucket.Blob{bucket.FileBlob([]byte("kept")), bucket.FileBlob([]byte("pruned")), bucket.FileBlob([]byte("orphan"))}
+	if _, err := bucket.UploadBlobs(ctx, bkt, blobs); err != nil {
+		t.Fatal(err)
+	}
+	store, err := etcdstore.New(sc.client(t, appUser, appPassword, nil), prefix, etcdstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := store.AcquireWriter(ctx, "thread")
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := ""
+	for i, b := range []bucket.Blob{blobs[1], blobs[0], blobs[0]} {
+		id := fmt.Sprintf("c%d", i+1)
+		cp := cairn.Checkpoint{ID: id, ThreadID: "thread", ParentCheckpointID: parent, CreatedAt: float64(i), Reason: cairn.ReasonNamed,
+			Files: []cairn.Entry{{Path: "f", Kind: cairn.KindFile, BlobKey: b.Key, Size: int64(len(b.Data))}}}
+		if _, err := store.Append(ctx, cairn.AppendInput{Checkpoint: cp, ExpectedHeadID: parent, Writer: lease.Writer}); err != nil {
+			t.Fatal(err)
+		}
+		parent = id
+	}
+	lease.Release(ctx)
+	store.Close()
+
+	base := []string{
+		"--once", "--verify", "--keep=2", "--older-than=0s", "--log-level=debug", "--log-format=text",
+		"--prefix=" + prefix, "--etcd-endpoints=" + strings.Join(sc.Endpoints(), ","),
+		"--etcd-cacert=" + sc.ca.CertFile, "--etcd-cert=" + sc.app.CertFile, "--etcd-key=" + sc.app.KeyFile,
+		"--s3-endpoint=" + srv.Endpoint, "--s3-bucket=" + srv.Bucket, "--s3-region=" + srv.Region, "--s3-path-style",
+	}
+	s3env := map[string]string{"CAIRN_S3_ACCESS_KEY_ID": srv.AccessKeyID, "CAIRN_S3_SECRET_ACCESS_KEY": srv.SecretAccessKey}
+	withEnv := func(extra map[string]string) map[string]string {
+		out := maps.Clone(s3env)
+		maps.Copy(out, extra)
+		return out
+	}
+	runs := []struct {
+		name     string
+		args     []string
+		env      map[string]string
+		wantCode int
+		wantLog  string
+	}{
+		{"password file", []string{"--etcd-user=" + appUser, "--etcd-password-file=" + pwFile}, s3env, 0, "store verified"},
+		{"password from the environment", []string{"--etcd-user=" + appUser}, withEnv(map[string]string{"CAIRN_ETCD_PASSWORD": appPassword}), 0, "store verified"},
+		{"user:password", []string{"--etcd-user=" + appUser + ":" + appPassword}, s3env, 0, "store verified"},
+		{"user without rights", []string{"--etcd-user=" + intruderUser}, withEnv(map[string]string{"ETCDCTL_PASSWORD": intruderPassword}), 1, "permission denied"},
+		{"wrong password", []string{"--etcd-user=" + appUser}, withEnv(map[string]string{"CAIRN_ETCD_PASSWORD": "not-" + appPassword}), 1, "authentication failed"},
+	}
+	for _, r := range runs {
+		t.Run(strings.ReplaceAll(r.name, " ", "_"), func(t *testing.T) {
+			code, logs := runSweeper(t, append(slices.Clone(base), r.args...), r.env)
+			if code != r.wantCode || !strings.Contains(logs, r.wantLog) {
+				t.Errorf("exit code %d (want %d), log without %q:\n%s", code, r.wantCode, r.wantLog, logs)
+			}
+			requireNoSecrets(t, "the sweeper", logs, secrets...)
+			if lines := logLines(logs, r.wantLog); len(lines) > 0 {
+				t.Logf("exit %d: %s", code, lines[0])
+			}
+		})
+	}
+	// The first run kept two checkpoints and swept the two blobs only the
+	// pruned checkpoint and nobody used.
+	for i, b := range blobs {
+		_, err := bkt.Head(ctx, b.Key)
+		if kept := i == 0; kept != (err == nil) {
+			t.Errorf("blob %q: kept=%v, head: %v", b.Data, kept, err)
+		}
+	}
 }
 
 // requireDenied checks that every operation of s fails promptly with a

@@ -109,7 +109,7 @@ func newCampaign(t *testing.T, endpoints []string, prefix string, blobs []bucket
 	layout := keys.NewLayout(prefix)
 	c := &campaign{
 		t: t, prefix: prefix, layout: layout, clock: newLogicalClock(), hist: lincheck.NewHistory(),
-		nonces: newNonceLog(layout), opTimeout: 3 * time.Second, blobs: blobs,
+		nonces: newNonceLog(layout), opTimeout: 1500 * time.Millisecond, blobs: blobs,
 		ids: map[string][]string{}, appended: map[string]cairn.Checkpoint{}, logs: &logCapture{},
 	}
 	interceptors := append(append([]grpc.UnaryClientInterceptor{}, extra...), c.nonces.recordNonce)

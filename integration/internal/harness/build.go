@@ -63,6 +63,9 @@ func CleanupBuilds() {
 		os.RemoveAll(d)
 	}
 	buildDirs.dirs = nil
+	builds.mu.Lock()
+	clear(builds.paths)
+	builds.mu.Unlock()
 }
 
 func buildMember() (string, error) {
@@ -72,32 +75,49 @@ func buildMember() (string, error) {
 		}
 		return p, nil
 	}
+	return Build(memberPackage)
+}
+
+var builds = struct {
+	mu    sync.Mutex
+	paths map[string]string
+}{paths: map[string]string{}}
+
+// Build builds a main package of this module (a path relative to the module
+// root, such as ./cmd/sweeper) once per process, without cgo and without the
+// race detector, as the Dockerfile does, and returns the binary's path.
+// CleanupBuilds removes it.
+func Build(pkg string) (string, error) {
+	builds.mu.Lock()
+	defer builds.mu.Unlock()
+	if p, ok := builds.paths[pkg]; ok {
+		return p, nil
+	}
 	root, err := ModuleRoot()
 	if err != nil {
 		return "", err
 	}
-	dir, err := os.MkdirTemp("", "cairn-etcdmember-")
+	dir, err := os.MkdirTemp("", "cairn-build-")
 	if err != nil {
 		return "", err
 	}
 	buildDirs.mu.Lock()
 	buildDirs.dirs = append(buildDirs.dirs, dir)
 	buildDirs.mu.Unlock()
-	out := filepath.Join(dir, "etcdmember")
+	out := filepath.Join(dir, filepath.Base(pkg))
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		return "", fmt.Errorf("build the etcd member: %w", err)
+		return "", fmt.Errorf("build %s: %w", pkg, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, goBin, "build", "-o", out, memberPackage)
+	cmd := exec.CommandContext(ctx, goBin, "build", "-o", out, pkg)
 	cmd.Dir = root
-	// The member is the server under test, not the code under test: build it
-	// without the race detector whatever flags the tests run with.
 	cmd.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false", "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build %s: %w\n%s", memberPackage, err, b)
+		return "", fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
 	}
+	builds.paths[pkg] = out
 	return out, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -265,6 +266,21 @@ func (m *Member) Stop() {
 	m.mu.Unlock()
 	if p != nil {
 		p.Stop()
+	}
+}
+
+// Pause stops the member's process with SIGSTOP, as a long stall (a GC
+// pause, a stuck disk) would; Resume continues it.
+func (m *Member) Pause() { m.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused member with SIGCONT.
+func (m *Member) Resume() { m.signal(syscall.SIGCONT) }
+
+func (m *Member) signal(sig syscall.Signal) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.proc != nil {
+		_ = syscall.Kill(m.proc.Pid(), sig)
 	}
 }
 
