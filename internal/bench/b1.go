@@ -25,11 +25,8 @@ const (
 // and a conversation of about 1 KiB.
 func (r *runner) b1Builder(ch *chain) func() cairn.AppendInput {
 	changing := max(1, r.cfg.B1Entries/20)
-	stable := fileKeys(ch.thread+"-stable", r.cfg.B1Entries-changing)
-	conv := conversation(b1ConvBytes)
-	return func() cairn.AppendInput {
-		return ch.next(0, churn(stable, ch.thread, ch.n, changing), nil, conv)
-	}
+	t := newTree(fileKeys(ch.thread+"-stable", r.cfg.B1Entries-changing), changing, conversation(b1ConvBytes))
+	return func() cairn.AppendInput { return t.nextInput(ch) }
 }
 
 // timedAppends makes n appends one after the other and returns the latency
@@ -129,7 +126,7 @@ func (r *runner) b1(ctx context.Context) ([]Row, error) {
 		bareCPU += cpuTime() - c0
 		return lat, nil
 	}
-	err = r.alternate("B1", cfg.Rounds, func(round int) error {
+	err = r.alternate("B1", cfg.Rounds, func() error { return tidy(ctx, cli, []*chain{ch}, b1BarePrefix, b1ShapePrefix) }, func(round int) error {
 		lat, n, cpu, err := timedAppends(ctx, ch, build, cfg.B1Appends)
 		cairnLat[round], retries, cairnCPU = lat, retries+n, cairnCPU+cpu
 		return err

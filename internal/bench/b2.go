@@ -21,32 +21,34 @@ const (
 // keys are B2Shared shared by every checkpoint of every writer and the rest
 // new to each checkpoint.
 type writers struct {
-	chains   []*chain
-	shared   []string
-	changing int
-	conv     []byte
+	chains []*chain
+	trees  []*tree
 }
 
 func (r *runner) newWriters(ctx context.Context, store cairn.Store, tag string) (*writers, error) {
 	cfg := r.cfg
 	nShared := int(float64(cfg.B1Entries)*cfg.B2Shared + 0.5)
-	w := &writers{shared: fileKeys(tag+"-shared", nShared), changing: cfg.B1Entries - nShared, conv: conversation(b1ConvBytes)}
+	shared := fileKeys(tag+"-shared", nShared)
+	conv := conversation(b1ConvBytes)
+	w := &writers{}
 	for i := range cfg.B2Writers {
 		ch, err := newChain(ctx, store, fmt.Sprintf("%s-thread-%02d", tag, i))
 		if err != nil {
 			return nil, err
 		}
 		w.chains = append(w.chains, ch)
+		w.trees = append(w.trees, newTree(shared, cfg.B1Entries-nShared, conv))
 	}
 	return w, nil
 }
 
-// inputs builds the next n appends of every writer.
-func (w *writers) inputs(n int) [][]cairn.AppendInput {
-	out := make([][]cairn.AppendInput, len(w.chains))
+// keys computes, before a round, the changing keys of the next n appends of
+// every writer, so that the round itself only appends.
+func (w *writers) keys(n int) [][][]string {
+	out := make([][][]string, len(w.chains))
 	for i, ch := range w.chains {
 		for a := range n {
-			out[i] = append(out[i], ch.next(a, churn(w.shared, ch.thread, ch.n+a, w.changing), nil, w.conv))
+			out[i] = append(out[i], w.trees[i].changingKeys(ch.thread, ch.n+a))
 		}
 	}
 	return out
@@ -74,17 +76,19 @@ func concurrently(n int, fn func(i int) error) (time.Duration, error) {
 	return time.Since(began), errors.Join(errs...)
 }
 
-// run makes the prepared appends, each writer in its own goroutine, and
-// returns the elapsed time and the write transactions beyond one per append.
-func (w *writers) run(ctx context.Context, ins [][]cairn.AppendInput) (time.Duration, int, error) {
+// run makes the appends whose keys are given, each writer in its own
+// goroutine, and returns the elapsed time and the write transactions beyond
+// one per append.
+func (w *writers) run(ctx context.Context, keys [][][]string) (time.Duration, int, error) {
 	retries := make([]int, len(w.chains))
 	d, err := concurrently(len(w.chains), func(i int) error {
-		for _, in := range ins[i] {
-			actx, t := withTally(ctx, false)
-			if err := w.chains[i].append(actx, in); err != nil {
+		ch, t := w.chains[i], w.trees[i]
+		for _, k := range keys[i] {
+			actx, tl := withTally(ctx, false)
+			if err := ch.append(actx, t.input(ch, k)); err != nil {
 				return err
 			}
-			retries[i] += max(0, t.writes()-1)
+			retries[i] += max(0, tl.writes()-1)
 		}
 		return nil
 	})
@@ -114,12 +118,12 @@ func (r *runner) b2(ctx context.Context) ([]Row, error) {
 		return nil, err
 	}
 	// Warm up: the first append of a thread also reads its record.
-	if _, _, err := w.run(ctx, w.inputs(1)); err != nil {
+	if _, _, err := w.run(ctx, w.keys(1)); err != nil {
 		return nil, err
 	}
 	wctx, t := withTally(ctx, true)
 	t.keep = true
-	if _, _, err := w.run(wctx, w.inputs(1)); err != nil {
+	if _, _, err := w.run(wctx, w.keys(1)); err != nil {
 		return nil, err
 	}
 	calls := t.snapshot()
@@ -155,10 +159,10 @@ func (r *runner) b2(ctx context.Context) ([]Row, error) {
 	shapeRate := make([]float64, cfg.Rounds)
 	retries := 0
 	var cairnCPU, bareCPU time.Duration
-	err = r.alternate("B2", cfg.Rounds, func(round int) error {
-		ins := w.inputs(cfg.B2Appends)
+	err = r.alternate("B2", cfg.Rounds, func() error { return tidy(ctx, cli, w.chains, b2BarePrefix, b2ShapePrefix) }, func(round int) error {
+		keys := w.keys(cfg.B2Appends)
 		c0 := cpuTime()
-		d, k, err := w.run(ctx, ins)
+		d, k, err := w.run(ctx, keys)
 		cairnCPU += cpuTime() - c0
 		cairnRate[round], retries = n/d.Seconds(), retries+k
 		return err
@@ -175,6 +179,9 @@ func (r *runner) b2(ctx context.Context) ([]Row, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	for i := range cairnRate {
+		r.logf("B2: round %d: cairn %.0f appends/s, bare %.0f Txn/s, shape %.0f Txn/s", i+1, cairnRate[i], bareRate[i], shapeRate[i])
 	}
 	ratio := median(divide(cairnRate, bareRate))
 	ops := time.Duration(n) * time.Duration(cfg.Rounds)

@@ -167,9 +167,8 @@ func (r *runner) b3(ctx context.Context) ([]Row, error) {
 		return nil, err
 	}
 	changing := max(1, cfg.B3Entries/20)
-	stable := fileKeys(ch.thread+"-stable", cfg.B3Entries-changing)
-	conv := conversation(b3ConvBytes)
-	build := func() cairn.AppendInput { return ch.next(0, churn(stable, ch.thread, ch.n, changing), nil, conv) }
+	t := newTree(fileKeys(ch.thread+"-stable", cfg.B3Entries-changing), changing, conversation(b3ConvBytes))
+	build := func() cairn.AppendInput { return t.nextInput(ch) }
 	pair := func(actx, gctx context.Context, in cairn.AppendInput) (time.Duration, time.Duration, error) {
 		start := time.Now()
 		if err := ch.append(actx, in); err != nil {
@@ -205,7 +204,7 @@ func (r *runner) b3(ctx context.Context) ([]Row, error) {
 	var cairnCPU, bareCPU time.Duration
 	cairnS := make([][]sample, cfg.Rounds)
 	bareS := make([][]sample, cfg.Rounds)
-	err = r.alternate("B3", cfg.Rounds, func(round int) error {
+	err = r.alternate("B3", cfg.Rounds, func() error { return tidy(ctx, cli, []*chain{ch}, b3BarePrefix) }, func(round int) error {
 		for range cfg.B3Iterations {
 			in := build()
 			c0 := cpuTime()

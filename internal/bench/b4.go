@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/metrics"
+	"slices"
 	"sync"
 	"time"
 
@@ -99,9 +100,9 @@ func (r *runner) b4Load(ctx context.Context, store cairn.Store, threads, perThre
 				thread := fmt.Sprintf("b4-thread-%05d", t)
 				ch, err := newChain(ctx, store, thread)
 				if err == nil {
-					stable := append(append([]string(nil), common...), fileKeys(thread+"-own", own)...)
+					t := newTree(append(slices.Clone(common), fileKeys(thread+"-own", own)...), changing, conv)
 					for range perThread {
-						if err = ch.append(ctx, ch.next(0, churn(stable, thread, ch.n, changing), nil, conv)); err != nil {
+						if err = ch.append(ctx, t.nextInput(ch)); err != nil {
 							break
 						}
 					}
@@ -228,7 +229,7 @@ func (r *runner) b4(ctx context.Context) ([]Row, error) {
 	var walks []walkResult
 	cairnRate := make([]float64, cfg.Rounds)
 	rawRate := make([]float64, cfg.Rounds)
-	err = r.alternate("B4", cfg.Rounds, func(round int) error {
+	err = r.alternate("B4", cfg.Rounds, nil, func(round int) error {
 		w, err := walk(false)
 		walks = append(walks, w)
 		cairnRate[round] = float64(w.refs) / w.took.Seconds()

@@ -71,7 +71,7 @@ func b5Load(ctx context.Context, store cairn.Store, refs []string) error {
 							files = append(files, k)
 						}
 					}
-					if err := ch.append(ctx, ch.next(0, files, artifacts, conv)); err != nil {
+					if err := ch.append(ctx, ch.next(files, artifacts, conv)); err != nil {
 						errs[w] = err
 						return
 					}
@@ -185,7 +185,7 @@ func (r *runner) b5(ctx context.Context) ([]Row, error) {
 	var reps []sweep.Report
 	var bareList, bareDel []time.Duration
 	var cairnCPU, bareCPU time.Duration
-	err = r.alternate("B5", cfg.B5Rounds, func(round int) error {
+	err = r.alternate("B5", cfg.B5Rounds, nil, func(round int) error {
 		c0, start := cpuTime(), time.Now()
 		rep, err := sweep.Sweep(ctx, store, b, opts)
 		cairnT[round] = time.Since(start)

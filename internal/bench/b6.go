@@ -28,19 +28,18 @@ func (r *runner) b6(ctx context.Context) ([]Row, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, _, err := w.run(ctx, w.inputs(1)); err != nil {
+	if _, _, err := w.run(ctx, w.keys(1)); err != nil {
 		return nil, err
 	}
 	var rates []float64
 	n := float64(cfg.B2Writers * cfg.B2Appends)
-	err = r.alternate("B6", cfg.Rounds, func(int) error {
+	err = r.alternate("B6", cfg.Rounds, nil, func(int) error {
 		l, _, _, err := timedAppends(ctx, ch, build, cfg.B1Appends)
 		if err != nil {
 			return err
 		}
 		lat = append(lat, l...)
-		ins := w.inputs(cfg.B2Appends)
-		d, _, err := w.run(ctx, ins)
+		d, _, err := w.run(ctx, w.keys(cfg.B2Appends))
 		rates = append(rates, n/d.Seconds())
 		return err
 	})

@@ -102,25 +102,20 @@ func newChain(ctx context.Context, store cairn.Store, thread string) (*chain, er
 	return &chain{store: store, thread: thread, writer: l.Writer}, nil
 }
 
-// next returns the input of the chain's next append, the n-th after the
-// ones already made when ahead is n (0 for the very next), assuming the
-// ones before it succeed.
-func (c *chain) next(ahead int, files, artifacts []string, conv json.RawMessage) cairn.AppendInput {
-	n := c.n + ahead
-	parent := c.head
-	if ahead > 0 {
-		parent = c.id(n - 1)
-	}
+// next returns the input of the chain's next append.
+func (c *chain) next(files, artifacts []string, conv json.RawMessage) cairn.AppendInput {
 	return cairn.AppendInput{
-		Checkpoint:     checkpoint(c.id(n), c.thread, parent, float64(1_700_000_000_000+n), files, artifacts, conv),
-		ExpectedHeadID: parent,
+		Checkpoint:     checkpoint(c.id(c.n), c.thread, c.head, c.createdAt(), files, artifacts, conv),
+		ExpectedHeadID: c.head,
 		Writer:         c.writer,
 	}
 }
 
 func (c *chain) id(n int) string { return fmt.Sprintf("%s-ckpt-%06d", c.thread, n) }
 
-// append appends in, which next built, and moves the chain on.
+func (c *chain) createdAt() float64 { return float64(1_700_000_000_000 + c.n) }
+
+// append appends in, which next or a tree built, and moves the chain on.
 func (c *chain) append(ctx context.Context, in cairn.AppendInput) error {
 	if _, err := c.store.Append(ctx, in); err != nil {
 		return fmt.Errorf("append %q: %w", in.Checkpoint.ID, err)
@@ -130,13 +125,58 @@ func (c *chain) append(ctx context.Context, in cairn.AppendInput) error {
 	return nil
 }
 
-// churn returns the file keys of the n-th checkpoint of a thread: the keys
-// every checkpoint of the thread shares, then changing keys of its own.
-func churn(stable []string, tag string, n, changing int) []string {
-	keys := make([]string, 0, len(stable)+changing)
-	keys = append(keys, stable...)
-	for i := range changing {
-		keys = append(keys, fileKey(fmt.Sprintf("%s-%d-changing-%d", tag, n, i)))
+// tree is the file tree of one thread's checkpoints: fixed paths, the first
+// entries with the keys every checkpoint of the thread shares, the others
+// with keys new to each checkpoint. An append built from it allocates almost
+// nothing, so the harness adds little garbage, and little GC work, to the
+// process it measures.
+type tree struct {
+	files []cairn.Entry
+	fixed int
+	conv  json.RawMessage
+}
+
+func newTree(fixed []string, changing int, conv json.RawMessage) *tree {
+	t := &tree{files: make([]cairn.Entry, len(fixed)+changing), fixed: len(fixed), conv: conv}
+	for i := range t.files {
+		t.files[i] = cairn.Entry{Path: fmt.Sprintf("src/pkg%03d/file%05d.go", i/100, i), Kind: cairn.KindFile, Size: int64(1000 + i)}
+		if i < len(fixed) {
+			t.files[i].BlobKey = fixed[i]
+		}
 	}
-	return keys
+	return t
+}
+
+// changingKeys returns the keys of the n-th checkpoint of a thread that no
+// other checkpoint has.
+func (t *tree) changingKeys(thread string, n int) []string {
+	out := make([]string, len(t.files)-t.fixed)
+	for i := range out {
+		out[i] = fileKey(fmt.Sprintf("%s-%d-changing-%d", thread, n, i))
+	}
+	return out
+}
+
+// input returns the chain's next append, with the given changing keys. Its
+// files are the tree's own slice: every store copies the checkpoint before
+// Append returns, so the next input may reuse it, but two inputs of one tree
+// must not be in flight at once.
+func (t *tree) input(ch *chain, changing []string) cairn.AppendInput {
+	for i, k := range changing {
+		t.files[t.fixed+i].BlobKey = k
+	}
+	return cairn.AppendInput{
+		Checkpoint: cairn.Checkpoint{
+			ID: ch.id(ch.n), ThreadID: ch.thread, ParentCheckpointID: ch.head, CreatedAt: ch.createdAt(),
+			Reason: cairn.ReasonAutomatic, Files: t.files, Conversation: t.conv,
+		},
+		ExpectedHeadID: ch.head,
+		Writer:         ch.writer,
+	}
+}
+
+// nextInput builds the chain's next append from the tree, changing keys
+// included.
+func (t *tree) nextInput(ch *chain) cairn.AppendInput {
+	return t.input(ch, t.changingKeys(ch.thread, ch.n))
 }

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/cairnstore/cairn"
 )
 
 // Row is one line of the result table. Cairn and Baseline are the figures as
@@ -135,8 +137,9 @@ func (r *runner) cairnSide(workload string, round int, fn func() error) error {
 
 // alternate runs the cairn side and the other sides (the baseline, and any
 // further reference) of each round, rotating their order from one round to
-// the next so that none always runs on a warmer or a fuller server.
-func (r *runner) alternate(workload string, rounds int, cairnSide func(round int) error, others ...func(round int) error) error {
+// the next so that none always runs on a warmer or a fuller server. tidy,
+// when not nil, runs after each round, untimed.
+func (r *runner) alternate(workload string, rounds int, tidy func() error, cairnSide func(round int) error, others ...func(round int) error) error {
 	for round := range rounds {
 		sides := []func() error{func() error {
 			return r.cairnSide(workload, round, func() error { return cairnSide(round) })
@@ -149,9 +152,42 @@ func (r *runner) alternate(workload string, rounds int, cairnSide func(round int
 				return err
 			}
 		}
+		if tidy != nil {
+			if err := tidy(); err != nil {
+				return fmt.Errorf("between rounds: %w", err)
+			}
+		}
 		r.logf("%s: round %d of %d done", workload, round+1, rounds)
 	}
 	return nil
+}
+
+// tidy keeps the data of a write workload from piling up from one round to
+// the next, so that every round runs on a server of about the same size and
+// a long run stays far from etcd's 2 GiB quota: it prunes each chain to its
+// head, deletes the keys under the baselines' prefixes, and compacts etcd to
+// the current revision, which lets the backend reuse the freed pages.
+func tidy(ctx context.Context, cli *clientv3.Client, chains []*chain, prefixes ...string) error {
+	for _, ch := range chains {
+		p, ok := ch.store.(cairn.Pruner)
+		if !ok || ch.head == "" {
+			continue
+		}
+		if _, err := p.DeleteCheckpoints(ctx, cairn.DeleteCheckpointsInput{ThreadID: ch.thread, Keep: 1, Writer: ch.writer}); err != nil {
+			return fmt.Errorf("prune %q: %w", ch.thread, err)
+		}
+	}
+	for _, p := range prefixes {
+		if _, err := cli.Delete(ctx, p, clientv3.WithPrefix()); err != nil {
+			return err
+		}
+	}
+	resp, err := cli.Get(ctx, "compaction-revision")
+	if err != nil {
+		return err
+	}
+	_, err = cli.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical())
+	return err
 }
 
 // verdict is "met" or "missed".
