@@ -64,7 +64,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) ([]Row, error) {
 		}
 	}
 	r := &runner{cfg: cfg, log: log, tmp: tmp}
-	began := time.Now()
+	began, loadBefore := time.Now(), loadAverage()
 	var rows []Row
 	var errs []error
 	for _, w := range []struct {
@@ -89,7 +89,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) ([]Row, error) {
 			break
 		}
 	}
-	printTable(out, cfg, rows, time.Since(began))
+	printTable(out, cfg, rows, time.Since(began), loadBefore, loadAverage())
 	return rows, errors.Join(errs...)
 }
 
@@ -226,7 +226,22 @@ func machine() string {
 	return fmt.Sprintf("%s, %d cores%s; %s %s/%s", cpu, runtime.NumCPU(), mem, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
-func printTable(out io.Writer, cfg Config, rows []Row, took time.Duration) {
+// loadAverage returns the one-minute load average of the machine, or "?":
+// the benchmarks share the machine with whatever else runs on it, and the
+// table says how busy it was.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "?"
+	}
+	return f[0]
+}
+
+func printTable(out io.Writer, cfg Config, rows []Row, took time.Duration, loadBefore, loadAfter string) {
 	fmt.Fprintf(out, "cairn-bench, %s run: %d rounds per workload (B5: %d), each round running the workload and its baseline one after the other, alternating which goes first; took %v.\n",
 		cfg.Name, cfg.Rounds, cfg.B5Rounds, took.Round(time.Second))
 	if cfg.Name != Full().Name {
@@ -234,7 +249,8 @@ func printTable(out io.Writer, cfg Config, rows []Row, took time.Duration) {
 		fmt.Fprintf(out, "Not the full run: sizes and rounds are reduced (B4 %s references instead of %s, B5 %s objects instead of %s, fewer operations per round); its figures are indicative only.\n",
 			fmtInt(int64(cfg.B4Checkpoints*cfg.B4Keys)), fmtInt(int64(f.B4Checkpoints*f.B4Keys)), fmtInt(int64(cfg.B5Objects)), fmtInt(int64(f.B5Objects)))
 	}
-	fmt.Fprintf(out, "Machine: %s. etcd v3.7.3 embedded in a process of its own, default limits, fsync on; versitygw v1.8.0 (posix backend).\n\n", machine())
+	fmt.Fprintf(out, "Machine: %s; one-minute load average %s at the start, %s at the end. etcd v3.7.3 embedded in a process of its own, default limits, fsync on; versitygw v1.8.0 (posix backend).\n\n",
+		machine(), loadBefore, loadAfter)
 	fmt.Fprintln(out, "| # | workload | cairn | baseline | median ratio | target | result |")
 	fmt.Fprintln(out, "|---|---|---|---|---|---|---|")
 	for _, r := range rows {
