@@ -421,7 +421,7 @@ func Print(w io.Writer, r Result) {
 	p("One more capture uploaded %d blobs and crashed before it appended its checkpoint.\n\n", len(r.Orphans))
 
 	p("%-24s %12s %12s\n", "", "before", "after")
-	p("%-24s %12s %12s\n", "checkpoints", "", "")
+	p("checkpoints\n")
 	for _, t := range r.Threads {
 		p("  %-22s %12d %12d\n", t, r.Before.Checkpoints[t], r.After.Checkpoints[t])
 	}
