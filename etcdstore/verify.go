@@ -84,7 +84,9 @@ func (r VerifyReport) OK() bool { return len(r.Problems) == 0 }
 //
 // It returns an error, without a report, if it cannot read the store (for
 // example when the revision it pinned is compacted before it finishes; run it
-// again). It holds every reference record of the store in memory, about 32
+// again). With Repair, it returns the report with an error when a delete of
+// garbage fails, or ErrGuardFailed when the store is a Guarded view whose
+// guard no longer holds; Repaired counts what was deleted before. It holds every reference record of the store in memory, about 32
 // bytes a reference, and one thread's checkpoints at a time.
 func (s *Store) Verify(ctx context.Context, opts VerifyOptions) (VerifyReport, error) {
 	v := &verifier{s: s, ctx: ctx}
@@ -92,7 +94,9 @@ func (s *Store) Verify(ctx context.Context, opts VerifyOptions) (VerifyReport, e
 		return VerifyReport{}, err
 	}
 	if opts.Repair {
-		v.repair()
+		if err := v.repair(); err != nil {
+			return v.r, err
+		}
 	}
 	return v.r, nil
 }
@@ -412,14 +416,21 @@ func (v *verifier) transcript(t string, rec *mvccpb.KeyValue, chunks []*mvccpb.K
 	}
 }
 
-func (v *verifier) repair() {
+// repair deletes the garbage found, in batches of guarded deletes. A Guarded
+// store's guards go into every batch: a repair by a process that has lost its
+// lock deletes nothing.
+func (v *verifier) repair() error {
 	for len(v.repairs) > 0 {
 		n := min(len(v.repairs), MaxTxnOps/2)
-		if _, err := v.s.client.Txn(v.ctx).Then(v.repairs[:n]...).Commit(); err != nil {
-			v.s.log.Warn("etcdstore: verify could not delete garbage", "err", err)
-			return
+		resp, err := v.s.client.Txn(v.ctx).If(v.s.guards...).Then(v.repairs[:n]...).Commit()
+		if err != nil {
+			return fmt.Errorf("etcdstore: verify: delete garbage: %w", err)
+		}
+		if !resp.Succeeded {
+			return ErrGuardFailed
 		}
 		v.r.Repaired += n
 		v.repairs = v.repairs[n:]
 	}
+	return nil
 }

@@ -285,3 +285,26 @@ func TestNegativeZeroCreatedAt(t *testing.T) {
 		t.Fatalf("verify after prune: %v %v, %v", r.Problems, r.Garbage, err)
 	}
 }
+
+// TestRepairNeedsTheGuard shows that a Guarded view repairs only while its
+// guard holds.
+func TestRepairNeedsTheGuard(t *testing.T) {
+	_, cli := embedetcd.ForTest(t)
+	ctx := testContext(t)
+	s := newStore(t, cli, "repairguard/", etcdstore.Options{})
+	// Garbage: an index record that names nothing.
+	if _, err := cli.Put(ctx, string(s.Layout().Index("ghost")), `{"thread":"t","createdAt":1,"seq":1,"nonce":"00000000000000000000000000000000"}`); err != nil {
+		t.Fatal(err)
+	}
+	g := s.Guarded(clientv3.Compare(clientv3.Value("lock"), "=", "me"))
+	r, err := g.Verify(ctx, etcdstore.VerifyOptions{Repair: true})
+	if !errors.Is(err, etcdstore.ErrGuardFailed) || r.Repaired != 0 || len(r.Garbage) != 1 {
+		t.Fatalf("repair without the guard: %+v, %v", r, err)
+	}
+	if _, err := cli.Put(ctx, "lock", "me"); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := g.Verify(ctx, etcdstore.VerifyOptions{Repair: true}); err != nil || r.Repaired != 1 {
+		t.Fatalf("repair with the guard: %+v, %v", r, err)
+	}
+}
