@@ -287,9 +287,14 @@ func (m *Member) signal(sig syscall.Signal) {
 // Restart starts a stopped or killed member again on its data directory.
 func (m *Member) Restart() error { return m.start() }
 
-// Blackhole drops all traffic through the member's peer proxy in both
-// directions: the others stop hearing the member, and the member's outgoing
-// streams go nowhere. It needs ClusterConfig.PeerProxies.
+// Blackhole drops all traffic through the member's peer proxy, in both
+// directions. Its peers stop hearing it: its raft messages travel on the
+// connections they opened to it, which now carry nothing, so a leader loses
+// its leadership and a follower's proposals and acknowledgements are lost;
+// writes through the member cannot commit. As in etcd's own proxy-based
+// network faults, the connections the member opened itself to its peers'
+// proxies are left alone, so it still hears them: the cut is one-way. It
+// needs ClusterConfig.PeerProxies.
 func (m *Member) Blackhole() {
 	m.proxy.BlackholeTx()
 	m.proxy.BlackholeRx()
