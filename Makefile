@@ -80,13 +80,13 @@ test: lint unit fuzz
 ## from ./bin; nothing outside this machine): capture a workspace into
 ## checkpoints on several threads, fork, keep the newest, sweep, and print the
 ## storage before and after.
-demo: tools
+demo: $(BIN)/versitygw
 	$(GO) run ./cmd/cairn-demo
 
 ## bench: cairn side by side with bare etcd and the bare S3 SDK, one table;
 ## QUICK=1 runs fewer rounds on smaller sizes, BENCHFLAGS passes more flags
 ## (e.g. BENCHFLAGS="-only B1,B3 -cpuprofile /tmp/prof").
-bench: tools
+bench: $(BIN)/versitygw
 	$(GO) build -o $(BIN)/cairn-bench ./cmd/cairn-bench
 	$(BIN)/cairn-bench -v -versitygw $(BIN)/versitygw $(if $(QUICK),-quick) $(BENCHFLAGS)
 
