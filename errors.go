@@ -45,6 +45,7 @@ func NewError(code Code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
+// Error returns the message and the code, for people.
 func (e *Error) Error() string {
 	if e.Message == "" {
 		return "cairn: " + string(e.Code)

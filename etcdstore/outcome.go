@@ -151,10 +151,12 @@ type UnknownOutcomeError struct {
 	retry func(ctx context.Context) error
 }
 
+// Error describes the write and what ended its last attempt.
 func (e *UnknownOutcomeError) Error() string {
 	return fmt.Sprintf("etcdstore: outcome of %s unknown: %v", e.Op, e.Err)
 }
 
+// Unwrap returns the errors met, joined.
 func (e *UnknownOutcomeError) Unwrap() error { return e.Err }
 
 // Retry resolves the write; see the type's documentation.

@@ -32,6 +32,7 @@ type Problem struct {
 	Detail     string `json:"detail,omitempty"`
 }
 
+// String formats the problem on one line.
 func (p Problem) String() string {
 	var b strings.Builder
 	b.WriteString(p.Kind)
