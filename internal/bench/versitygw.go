@@ -43,7 +43,8 @@ type gateway struct {
 
 // findVersityGW returns the versitygw binary: the configured one, then
 // $CAIRN_VERSITYGW, then ./bin/versitygw above the working directory (make
-// tools builds it), then $PATH.
+// tools builds it), then $PATH, then the copy the S3 test harness builds in
+// the user cache directory.
 func findVersityGW(configured string) (string, error) {
 	if configured != "" {
 		return configured, nil
@@ -69,6 +70,12 @@ func findVersityGW(configured string) (string, error) {
 	}
 	if p, err := exec.LookPath("versitygw"); err == nil {
 		return p, nil
+	}
+	if cache, err := os.UserCacheDir(); err == nil {
+		p := filepath.Join(cache, "cairn", "versitygw-v1.8.0", "versitygw")
+		if fi, err := os.Stat(p); err == nil && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
 	}
 	return "", errors.New("no versitygw binary: run `make tools`, or set CAIRN_VERSITYGW")
 }
