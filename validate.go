@@ -61,14 +61,22 @@ func hasHexDigest(k, prefix string) bool {
 	if len(k) != len(prefix)+blobDigestLen || !strings.HasPrefix(k, prefix) {
 		return false
 	}
+	bad := byte(0)
 	for i := len(prefix); i < len(k); i++ {
-		c := k[i]
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
+		bad |= notLowerHex[k[i]]
+	}
+	return bad == 0
+}
+
+// notLowerHex is 1 for every byte that is not a lower-case hex digit.
+var notLowerHex = func() (t [256]byte) {
+	for i := range t {
+		if !(i >= '0' && i <= '9' || i >= 'a' && i <= 'f') {
+			t[i] = 1
 		}
 	}
-	return true
-}
+	return t
+}()
 
 func isSafeSize(n int64) bool { return n >= 0 && n <= MaxSafeInteger }
 
@@ -95,6 +103,7 @@ func ValidateEntries(files []Entry) error {
 	// ancestors holds every proper ancestor of every path seen so far, so that
 	// "is this file an ancestor of an earlier entry" is one lookup.
 	ancestors := make(map[string]struct{}, len(files))
+	prevDir := ""
 	for i := range files {
 		e := &files[i]
 		if e.decodeProblem != "" {
@@ -106,7 +115,16 @@ func ValidateEntries(files []Entry) error {
 		if _, dup := seen[e.Path]; dup {
 			return NewError(CodeInvalidEntry, "duplicate entry path %q", e.Path)
 		}
-		for j := strings.IndexByte(e.Path, '/'); j >= 0; j = nextSlash(e.Path, j) {
+		// Entries of one directory usually come together. When this entry's
+		// directory is the previous entry's, its ancestors were checked and
+		// recorded with that entry, and the previous entry, a sibling, is
+		// not one of them: skip the walk.
+		dir := ""
+		if j := strings.LastIndexByte(e.Path, '/'); j >= 0 {
+			dir = e.Path[:j]
+		}
+		sameDir := i > 0 && dir != "" && dir == prevDir
+		for j := strings.IndexByte(e.Path, '/'); j >= 0 && !sameDir; j = nextSlash(e.Path, j) {
 			if seen[e.Path[:j]] == KindFile {
 				return NewError(CodeInvalidEntry, "entry %q is beneath file %q", e.Path, e.Path[:j])
 			}
@@ -132,9 +150,10 @@ func ValidateEntries(files []Entry) error {
 			return NewError(CodeInvalidEntry, "entry %q kind must be file or dir", e.Path)
 		}
 		seen[e.Path] = e.Kind
-		for j := strings.IndexByte(e.Path, '/'); j >= 0; j = nextSlash(e.Path, j) {
+		for j := strings.IndexByte(e.Path, '/'); j >= 0 && !sameDir; j = nextSlash(e.Path, j) {
 			ancestors[e.Path[:j]] = struct{}{}
 		}
+		prevDir = dir
 	}
 	return nil
 }

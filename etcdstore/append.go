@@ -51,7 +51,7 @@ func (s *Store) Append(ctx context.Context, in cairn.AppendInput) (cairn.AppendR
 type newCheckpoint struct {
 	c    *cairn.Checkpoint
 	body []byte
-	refs map[byte][][]byte
+	refs [keys.NumShards][][]byte
 	mask uint32
 }
 

@@ -49,6 +49,10 @@ func (e *encoder) uint(n uint64) { e.b = binary.AppendUvarint(e.b, n) }
 type decoder struct {
 	b   []byte
 	err error
+	// text, when set, is string(b) as it was when base was len(b): str
+	// slices its strings out of it instead of allocating each.
+	text string
+	base int
 }
 
 func (d *decoder) fail() {
@@ -89,7 +93,17 @@ func (d *decoder) bytes() []byte {
 	return out
 }
 
-func (d *decoder) str() string { return string(d.bytes()) }
+func (d *decoder) str() string {
+	if d.text == "" {
+		return string(d.bytes())
+	}
+	b := d.bytes()
+	if d.err != nil {
+		return ""
+	}
+	end := d.base - len(d.b)
+	return d.text[end-len(b) : end]
+}
 
 func (d *decoder) raw() []byte {
 	if len(d.b) == 0 {
@@ -128,10 +142,13 @@ func (d *decoder) count(minItem int) int {
 	return int(n)
 }
 
-// encodeCheckpoint returns the stored form of c.
+// encodeCheckpoint returns the stored form of c. The conversation comes
+// first, so that decoding can turn everything after it into one string and
+// slice every string field out of it.
 func encodeCheckpoint(c *cairn.Checkpoint) []byte {
 	e := encoder{b: make([]byte, 0, 256+len(c.Conversation)+len(c.Files)*120)}
 	e.b = append(e.b, codecVersion)
+	e.raw(c.Conversation)
 	e.str(c.ID)
 	e.str(c.ThreadID)
 	e.str(c.ParentCheckpointID)
@@ -146,7 +163,6 @@ func encodeCheckpoint(c *cairn.Checkpoint) []byte {
 		e.str(f.BlobKey)
 		e.int(f.Size)
 	}
-	e.raw(c.Conversation)
 	e.uint(uint64(len(c.Artifacts)))
 	for _, a := range c.Artifacts {
 		e.str(a.ArtifactID)
@@ -160,13 +176,20 @@ func encodeCheckpoint(c *cairn.Checkpoint) []byte {
 }
 
 // decodeCheckpoint decodes what encodeCheckpoint wrote. It returns an error,
-// never panics, on any other input.
+// never panics, on any other input. It allocates the conversation, one string
+// for all the other fields, and the two slices.
 func decodeCheckpoint(b []byte) (cairn.Checkpoint, error) {
 	if len(b) == 0 || b[0] != codecVersion {
 		return cairn.Checkpoint{}, errCodec
 	}
 	d := decoder{b: b[1:]}
 	var c cairn.Checkpoint
+	c.Conversation = d.raw()
+	if d.err != nil {
+		return cairn.Checkpoint{}, errCodec
+	}
+	d.text = string(d.b)
+	d.base = len(d.b)
 	c.ID = d.str()
 	c.ThreadID = d.str()
 	c.ParentCheckpointID = d.str()
@@ -178,7 +201,6 @@ func decodeCheckpoint(b []byte) (cairn.Checkpoint, error) {
 	for i := range c.Files {
 		c.Files[i] = cairn.Entry{Path: d.str(), Kind: cairn.EntryKind(d.str()), BlobKey: d.str(), Size: d.int()}
 	}
-	c.Conversation = d.raw()
 	c.Artifacts = make([]cairn.Artifact, d.count(14))
 	for i := range c.Artifacts {
 		c.Artifacts[i] = cairn.Artifact{ArtifactID: d.str(), Name: d.str(), MimeType: d.str(), Size: d.int(), BlobKey: d.str(), CreatedAt: d.f64()}
@@ -213,32 +235,76 @@ func decodeInstance(b []byte) (cairn.InstanceRecord, error) {
 }
 
 // refParts returns, for each shard the checkpoint uses, its sorted distinct
-// digests split into parts of at most refPartBytes, and the shard mask.
-func refParts(c *cairn.Checkpoint) (parts map[byte][][]byte, mask uint32) {
-	byShard := map[byte][]keys.Digest{}
-	for _, k := range c.BlobKeys() {
+// digests split into parts of at most refPartBytes, and the shard mask. It
+// decodes each key once; the checkpoint has been validated, so every key is a
+// valid blob key.
+func refParts(c *cairn.Checkpoint) (parts [keys.NumShards][][]byte, mask uint32) {
+	var byShard [keys.NumShards][]sortableDigest
+	add := func(k string) {
 		shard, d, ok := keys.BlobShard(k)
 		if !ok {
-			continue // impossible for a validated checkpoint
+			return // impossible for a validated checkpoint
 		}
-		byShard[shard] = append(byShard[shard], d)
+		byShard[shard] = append(byShard[shard], sortable(d))
 	}
-	parts = make(map[byte][][]byte, len(byShard))
+	for i := range c.Files {
+		if c.Files[i].Kind == cairn.KindFile {
+			add(c.Files[i].BlobKey)
+		}
+	}
+	for i := range c.Artifacts {
+		add(c.Artifacts[i].BlobKey)
+	}
+	per := refPartBytes / keys.DigestLen
 	for shard, ds := range byShard {
-		slices.SortFunc(ds, func(a, b keys.Digest) int { return bytes.Compare(a[:], b[:]) })
+		if len(ds) == 0 {
+			continue
+		}
+		slices.SortFunc(ds, compareDigests)
+		ds = slices.Compact(ds)
 		mask |= 1 << shard
-		per := refPartBytes / keys.DigestLen
-		for len(ds) > 0 {
-			n := min(per, len(ds))
-			buf := make([]byte, 0, n*keys.DigestLen)
-			for _, d := range ds[:n] {
-				buf = append(buf, d[:]...)
-			}
-			parts[shard] = append(parts[shard], buf)
-			ds = ds[n:]
+		buf := make([]byte, 0, len(ds)*keys.DigestLen)
+		for _, d := range ds {
+			buf = d.append(buf)
+		}
+		for len(buf) > 0 {
+			n := min(len(buf), per*keys.DigestLen)
+			parts[shard] = append(parts[shard], buf[:n:n])
+			buf = buf[n:]
 		}
 	}
 	return parts, mask
+}
+
+// sortableDigest is a digest as four big-endian words, which compare in the
+// digest's byte order and much faster than bytes.Compare.
+type sortableDigest [4]uint64
+
+func sortable(d keys.Digest) sortableDigest {
+	var s sortableDigest
+	for i := range s {
+		s[i] = binary.BigEndian.Uint64(d[8*i:])
+	}
+	return s
+}
+
+func (s sortableDigest) append(b []byte) []byte {
+	for _, w := range s {
+		b = binary.BigEndian.AppendUint64(b, w)
+	}
+	return b
+}
+
+func compareDigests(a, b sortableDigest) int {
+	for i := range a {
+		if a[i] != b[i] {
+			if a[i] < b[i] {
+				return -1
+			}
+			return 1
+		}
+	}
+	return 0
 }
 
 // shardsOf lists the shards in a mask, in order.

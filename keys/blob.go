@@ -12,10 +12,11 @@ const (
 	filePrefix     = "sandbox-files/sha256/"
 )
 
-// NumShards is the number of blob reference shards: one per namespace and
-// first hex digit of the digest. Shards are numbered in the byte order of the
-// keys they hold, so reading the shards in order yields keys in order.
-const NumShards = 32
+// NumShards is the number of blob reference shards: four per namespace,
+// each holding the digests whose first hex digit falls in one quarter of the
+// range. Shards are numbered in the byte order of the keys they hold, so
+// reading the shards in order yields keys in order.
+const NumShards = 8
 
 // DigestLen is the length of a blob key's SHA-256 digest.
 const DigestLen = 32
@@ -24,26 +25,47 @@ const DigestLen = 32
 type Digest [DigestLen]byte
 
 // BlobShard returns the shard and the digest of a valid blob key of either
-// namespace. ok is false for any other string.
+// namespace. ok is false for any other string, upper-case hex included.
 func BlobShard(key string) (shard byte, d Digest, ok bool) {
 	var ns byte
-	var hexDigits string
+	var digits string
 	switch {
 	case strings.HasPrefix(key, artifactPrefix):
-		ns, hexDigits = 0, key[len(artifactPrefix):]
+		ns, digits = 0, key[len(artifactPrefix):]
 	case strings.HasPrefix(key, filePrefix):
-		ns, hexDigits = 1, key[len(filePrefix):]
+		ns, digits = 1, key[len(filePrefix):]
 	default:
 		return 0, d, false
 	}
-	if len(hexDigits) != 2*DigestLen || strings.ToLower(hexDigits) != hexDigits {
+	if len(digits) != 2*DigestLen {
 		return 0, d, false
 	}
-	if _, err := hex.Decode(d[:], []byte(hexDigits)); err != nil {
+	bad := byte(0)
+	for i := range DigestLen {
+		hi, lo := hexValue[digits[2*i]], hexValue[digits[2*i+1]]
+		bad |= hi | lo
+		d[i] = hi<<4 | lo&0x0F
+	}
+	if bad&0xF0 != 0 {
 		return 0, d, false
 	}
-	return ns<<4 | d[0]>>4, d, true
+	return ns*(NumShards/2) + d[0]>>6, d, true
 }
+
+// hexValue maps a lower-case hex digit to its value and any other byte to
+// 0xFF.
+var hexValue = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 0xFF
+	}
+	for c := byte('0'); c <= '9'; c++ {
+		t[c] = c - '0'
+	}
+	for c := byte('a'); c <= 'f'; c++ {
+		t[c] = c - 'a' + 10
+	}
+	return t
+}()
 
 // BlobKey returns the blob key of a digest in a shard's namespace.
 func BlobKey(shard byte, d Digest) string {
