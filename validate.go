@@ -99,10 +99,9 @@ func ValidateCreatedAt(f float64, what string) error {
 // rules mean that no entry may have a file as a proper ancestor, whatever the
 // order of the entries.
 func ValidateEntries(files []Entry) error {
-	seen := make(map[string]EntryKind, len(files))
-	// ancestors holds every proper ancestor of every path seen so far, so that
-	// "is this file an ancestor of an earlier entry" is one lookup.
-	ancestors := make(map[string]struct{}, len(files))
+	// paths maps every path seen so far, and every proper ancestor of one, to
+	// what it is: an entry of a kind, an ancestor, or both.
+	paths := make(map[string]pathRole, len(files))
 	prevDir := ""
 	for i := range files {
 		e := &files[i]
@@ -112,7 +111,8 @@ func ValidateEntries(files []Entry) error {
 		if !ValidatePath(e.Path) {
 			return NewError(CodeInvalidEntry, "entry path %q must be a normalized workspace-relative path", e.Path)
 		}
-		if _, dup := seen[e.Path]; dup {
+		role := paths[e.Path]
+		if role&(roleFile|roleDir) != 0 {
 			return NewError(CodeInvalidEntry, "duplicate entry path %q", e.Path)
 		}
 		// Entries of one directory usually come together. When this entry's
@@ -125,38 +125,48 @@ func ValidateEntries(files []Entry) error {
 		}
 		sameDir := i > 0 && dir != "" && dir == prevDir
 		for j := strings.IndexByte(e.Path, '/'); j >= 0 && !sameDir; j = nextSlash(e.Path, j) {
-			if seen[e.Path[:j]] == KindFile {
+			if paths[e.Path[:j]]&roleFile != 0 {
 				return NewError(CodeInvalidEntry, "entry %q is beneath file %q", e.Path, e.Path[:j])
 			}
 		}
-		if e.Kind == KindFile {
-			if _, ok := ancestors[e.Path]; ok {
-				return NewError(CodeInvalidEntry, "file %q is an ancestor of another entry", e.Path)
-			}
-		}
+		var kind pathRole
 		switch e.Kind {
 		case KindFile:
+			if role&roleAncestor != 0 {
+				return NewError(CodeInvalidEntry, "file %q is an ancestor of another entry", e.Path)
+			}
 			if !IsFileBlobKey(e.BlobKey) {
 				return NewError(CodeInvalidEntry, "file %q needs a blobKey of the form %s<64 hex digits>", e.Path, FileBlobPrefix)
 			}
 			if !isSafeSize(e.Size) {
 				return NewError(CodeInvalidEntry, "file %q size must be a non-negative safe integer", e.Path)
 			}
+			kind = roleFile
 		case KindDir:
 			if e.fileFields || e.BlobKey != "" || e.Size != 0 {
 				return NewError(CodeInvalidEntry, "directory %q cannot have file fields", e.Path)
 			}
+			kind = roleDir
 		default:
 			return NewError(CodeInvalidEntry, "entry %q kind must be file or dir", e.Path)
 		}
-		seen[e.Path] = e.Kind
+		paths[e.Path] = role | kind
 		for j := strings.IndexByte(e.Path, '/'); j >= 0 && !sameDir; j = nextSlash(e.Path, j) {
-			ancestors[e.Path[:j]] = struct{}{}
+			paths[e.Path[:j]] |= roleAncestor
 		}
 		prevDir = dir
 	}
 	return nil
 }
+
+// pathRole says what a path is among the entries validated so far.
+type pathRole uint8
+
+const (
+	roleFile     pathRole = 1 << iota // a file entry
+	roleDir                           // a directory entry
+	roleAncestor                      // a proper ancestor of an entry
+)
 
 func nextSlash(s string, after int) int {
 	k := strings.IndexByte(s[after+1:], '/')

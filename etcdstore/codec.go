@@ -239,13 +239,13 @@ func decodeInstance(b []byte) (cairn.InstanceRecord, error) {
 // decodes each key once; the checkpoint has been validated, so every key is a
 // valid blob key.
 func refParts(c *cairn.Checkpoint) (parts [keys.NumShards][][]byte, mask uint32) {
-	var byShard [keys.NumShards][]sortableDigest
+	all := make([]shardDigest, 0, len(c.Files)+len(c.Artifacts))
+	var count [keys.NumShards]int
 	add := func(k string) {
-		shard, d, ok := keys.BlobShard(k)
-		if !ok {
-			return // impossible for a validated checkpoint
+		if shard, d, ok := keys.BlobShard(k); ok { // always, for a validated checkpoint
+			all = append(all, shardDigest{shard, sortable(d)})
+			count[shard]++
 		}
-		byShard[shard] = append(byShard[shard], sortable(d))
 	}
 	for i := range c.Files {
 		if c.Files[i].Kind == cairn.KindFile {
@@ -255,25 +255,45 @@ func refParts(c *cairn.Checkpoint) (parts [keys.NumShards][][]byte, mask uint32)
 	for i := range c.Artifacts {
 		add(c.Artifacts[i].BlobKey)
 	}
+	// Place each shard's digests in a segment of one array, then sort and
+	// deduplicate each segment.
+	var start [keys.NumShards + 1]int
+	for shard, n := range count {
+		start[shard+1] = start[shard] + n
+	}
+	byShard := make([]sortableDigest, len(all))
+	next := start
+	for _, sd := range all {
+		byShard[next[sd.shard]] = sd.d
+		next[sd.shard]++
+	}
+	buf := make([]byte, 0, len(all)*keys.DigestLen)
 	per := refPartBytes / keys.DigestLen
-	for shard, ds := range byShard {
+	for shard := range keys.NumShards {
+		ds := byShard[start[shard]:start[shard+1]]
 		if len(ds) == 0 {
 			continue
 		}
 		slices.SortFunc(ds, compareDigests)
 		ds = slices.Compact(ds)
 		mask |= 1 << shard
-		buf := make([]byte, 0, len(ds)*keys.DigestLen)
-		for _, d := range ds {
-			buf = d.append(buf)
-		}
-		for len(buf) > 0 {
-			n := min(len(buf), per*keys.DigestLen)
-			parts[shard] = append(parts[shard], buf[:n:n])
-			buf = buf[n:]
+		for len(ds) > 0 {
+			n := min(per, len(ds))
+			from := len(buf)
+			for _, d := range ds[:n] {
+				buf = d.append(buf)
+			}
+			parts[shard] = append(parts[shard], buf[from:len(buf):len(buf)])
+			ds = ds[n:]
 		}
 	}
 	return parts, mask
+}
+
+// shardDigest is a blob key as its shard and digest.
+type shardDigest struct {
+	shard byte
+	d     sortableDigest
 }
 
 // sortableDigest is a digest as four big-endian words, which compare in the
