@@ -30,8 +30,10 @@ import (
 // revision as the failed comparisons, give the contract's error in order; only
 // an index record that names another thread needs one more read. A checkpoint
 // whose publish would exceed one request is staged first (see stage).
+//
+// The store keeps no reference to the caller's checkpoint: it is encoded
+// before any request is sent, so it needs no copy.
 func (s *Store) Append(ctx context.Context, in cairn.AppendInput) (cairn.AppendResult, error) {
-	in.Checkpoint = in.Checkpoint.Clone()
 	if err := cairn.CheckAppendInput(&in); err != nil {
 		return cairn.AppendResult{}, err
 	}
@@ -79,11 +81,19 @@ func (w *newCheckpoint) staged(extra int) bool {
 	return len(w.body)+w.refBytes()+extra > inlineBudget
 }
 
+// chunks is the number of chunks that hold the body: 0 when it is kept
+// inline in the checkpoint record.
+func (w *newCheckpoint) chunks() int {
+	if len(w.body) <= bodyInline {
+		return 0
+	}
+	return (len(w.body) + ChunkSize - 1) / ChunkSize
+}
+
 // checkSize rejects a checkpoint the store cannot publish within its limits,
 // with cairn.ErrInvalidEntry and before any I/O.
 func (w *newCheckpoint) checkSize() error {
-	nChunks := (len(w.body) + ChunkSize - 1) / ChunkSize
-	if len(w.body) > MaxCheckpointBytes || publishFixedOps+nChunks+w.refCount() > MaxTxnOps-transcriptOps {
+	if len(w.body) > MaxCheckpointBytes || publishFixedOps+w.chunks()+w.refCount() > MaxTxnOps-transcriptOps {
 		return cairn.NewError(cairn.CodeInvalidEntry, "checkpoint %q encodes to %d bytes with %d blob keys, more than this store accepts (%d bytes)",
 			w.c.ID, len(w.body), len(w.c.BlobKeys()), MaxCheckpointBytes)
 	}
@@ -98,9 +108,13 @@ const (
 	transcriptOps   = 8
 )
 
-// blobs returns the body chunks and reference records of w at a position.
+// blobs returns the body chunks (if the body is not inline) and the reference
+// records of w at a position.
 func (s *Store) blobs(w *newCheckpoint, thread string, seq uint64, n keys.Nonce) []blob {
-	out := chunks(w.body, func(i int) []byte { return s.layout.Chunk(thread, seq, n, i) })
+	var out []blob
+	if w.chunks() > 0 {
+		out = chunks(w.body, func(i int) []byte { return s.layout.Chunk(thread, seq, n, i) })
+	}
 	for _, shard := range shardsOf(w.mask) {
 		for part, v := range w.refs[shard] {
 			out = append(out, blob{key: string(s.layout.Ref(shard, thread, seq, n, part)), value: v})
@@ -111,20 +125,22 @@ func (s *Store) blobs(w *newCheckpoint, thread string, seq uint64, n keys.Nonce)
 
 // records returns the puts of the thread, checkpoint and index records that
 // publish w as the new head of its thread, on top of st.
-func (s *Store) records(w *newCheckpoint, st threadState, seq uint64, n keys.Nonce, nChunks int) []clientv3.Op {
+func (s *Store) records(w *newCheckpoint, st threadState, seq uint64, n keys.Nonce) []clientv3.Op {
 	c := w.c
 	rec := st.nextRecord(w, seq, n)
 	meta := ckptMeta{
-		Seq: seq, Nonce: n.String(), Shards: w.mask, Chunks: nChunks, Size: len(w.body),
+		Seq: seq, Nonce: n.String(), Shards: w.mask, Chunks: w.chunks(), Size: len(w.body),
+	}
+	if meta.Chunks == 0 {
+		meta.Body = w.body
 	}
 	if c.ParentCheckpointID != "" {
 		meta.ParentID, meta.ParentSeq, meta.ParentCreatedAt = c.ParentCheckpointID, st.rec.HeadSeq, st.rec.HeadCreatedAt
 	}
 	tv, _ := json.Marshal(rec)
-	mv, _ := json.Marshal(meta)
 	return []clientv3.Op{
 		clientv3.OpPut(string(s.layout.Thread(c.ThreadID)), string(tv)),
-		clientv3.OpPut(string(s.layout.Checkpoint(c.ThreadID, c.CreatedAt, c.ID)), string(mv)),
+		clientv3.OpPut(string(s.layout.Checkpoint(c.ThreadID, c.CreatedAt, c.ID)), encodeMeta(meta)),
 		clientv3.OpPut(string(s.layout.Index(c.ID)), idxValue(idxRec{Thread: c.ThreadID, CreatedAt: keyFloat(c.CreatedAt), Seq: seq, Nonce: n.String()})),
 	}
 }
@@ -291,10 +307,6 @@ func (op *appendOp) run(ctx context.Context, pending error, pendingRev int64) er
 		}
 		seq := st.rec.LastSeq + 1
 		vals := s.blobs(op.w, c.ThreadID, seq, op.nonce)
-		nChunks := (len(op.w.body) + ChunkSize - 1) / ChunkSize
-		if nChunks == 0 {
-			nChunks = 1
-		}
 		var writes []clientv3.Op
 		if op.w.staged(0) {
 			if op.staging == nil || op.stageSeq != seq {
@@ -313,7 +325,7 @@ func (op *appendOp) run(ctx context.Context, pending error, pendingRev int64) er
 		wk := s.writerKeys(c.ThreadID)
 		cmps := s.withGuards(append(fence.Guard(wk, in.Writer.OwnerToken, in.Writer.Fence, now),
 			s.idxCmp(c.ID, staleIdx), s.threadCmp(c.ThreadID, st)))
-		then := append(s.records(op.w, st, seq, op.nonce, nChunks), writes...)
+		then := append(s.records(op.w, st, seq, op.nonce), writes...)
 		resp, err := s.client.Txn(ctx).If(cmps...).Then(then...).Else(
 			clientv3.OpGet(wk.Owner), clientv3.OpGet(wk.Expiry),
 			clientv3.OpGet(string(s.layout.Index(c.ID))), clientv3.OpGet(string(s.layout.Thread(c.ThreadID))),

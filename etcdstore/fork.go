@@ -167,10 +167,6 @@ func (op *forkOp) run(ctx context.Context, pending error, pendingRev int64) (*ca
 			tv = chunkedTranscript(transcriptRec{Nonce: op.nonce.String(), Chunks: len(tvals), Size: len(transcript)})
 			vals = append(vals, tvals...)
 		}
-		nChunks := (len(body) + ChunkSize - 1) / ChunkSize
-		if nChunks == 0 {
-			nChunks = 1
-		}
 		if publishFixedOps+1+len(vals) > MaxTxnOps {
 			return nil, cairn.NewError(cairn.CodeInvalidEntry, "checkpoint %q is too large to fork in one transaction", in.SourceCheckpointID)
 		}
@@ -185,7 +181,7 @@ func (op *forkOp) run(ctx context.Context, pending error, pendingRev int64) (*ca
 		} else {
 			writes = puts(vals)
 		}
-		ops := append(s.records(w, destSt, seq, op.nonce, nChunks), writes...)
+		ops := append(s.records(w, destSt, seq, op.nonce), writes...)
 		ops = append(ops, clientv3.OpPut(string(s.layout.Transcript(dest)), tv))
 		cmps := s.withGuards(append(fence.Guard(wk, in.Writer.OwnerToken, in.Writer.Fence, now),
 			s.threadCmp(dest, destSt),

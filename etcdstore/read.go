@@ -27,8 +27,8 @@ func parseThread(kv *mvccpb.KeyValue) (threadState, error) {
 }
 
 func parseMeta(kv *mvccpb.KeyValue) (ckptMeta, error) {
-	var m ckptMeta
-	if err := json.Unmarshal(kv.Value, &m); err != nil {
+	m, err := decodeMeta(kv.Value)
+	if err != nil {
 		return m, corrupt("checkpoint record", kv.Key, err)
 	}
 	return m, nil
@@ -149,16 +149,20 @@ func (s *Store) loadAt(ctx context.Context, idx idxRec, id string, rev int64) (c
 	return c, err == nil, err
 }
 
-// assemble decodes a checkpoint from its record and its chunks, in key order.
+// assemble decodes a checkpoint from its record and, when its body is not
+// inline, its chunks, in key order.
 func assemble(key []byte, m ckptMeta, chunkKVs []*mvccpb.KeyValue) (cairn.Checkpoint, error) {
-	var body []byte
+	body := m.Body
 	n := 0
-	for _, kv := range chunkKVs {
-		if kv.Lease != 0 {
-			continue
+	if m.Chunks > 0 {
+		body = make([]byte, 0, m.Size)
+		for _, kv := range chunkKVs {
+			if kv.Lease != 0 {
+				continue
+			}
+			body = append(body, kv.Value...)
+			n++
 		}
-		body = append(body, kv.Value...)
-		n++
 	}
 	if n != m.Chunks || len(body) != m.Size {
 		return cairn.Checkpoint{}, corrupt("checkpoint body", key, fmt.Errorf("have %d chunks and %d bytes, want %d and %d", n, len(body), m.Chunks, m.Size))
@@ -193,6 +197,7 @@ func (s *Store) List(ctx context.Context, threadID string) ([]cairn.Checkpoint, 
 		meta ckptMeta
 	}
 	var live []item
+	chunked := false
 	for _, kv := range rs[1].Kvs {
 		m, err := parseMeta(kv)
 		if err != nil {
@@ -200,22 +205,14 @@ func (s *Store) List(ctx context.Context, threadID string) ([]cairn.Checkpoint, 
 		}
 		if kv.Lease == 0 && m.Seq >= st.rec.Floor {
 			live = append(live, item{kv.Key, m})
+			chunked = chunked || m.Chunks > 0
 		}
 	}
 	out := make([]cairn.Checkpoint, 0, len(live))
-	if len(live) == 0 {
-		return out, nil
-	}
-	cr, err := s.client.Get(ctx, string(s.layout.Chunks(threadID)), clientv3.WithPrefix(), clientv3.WithRev(rev))
-	if err != nil {
-		return nil, err
-	}
-	// Group the chunks by write; every write's chunk prefix has one length.
 	byWrite := map[string][]*mvccpb.KeyValue{}
-	plen := len(s.layout.CheckpointChunks(threadID, 0, keys.Nonce{}))
-	for _, kv := range cr.Kvs {
-		if len(kv.Key) > plen {
-			byWrite[string(kv.Key[:plen])] = append(byWrite[string(kv.Key[:plen])], kv)
+	if chunked {
+		if err := s.readChunks(ctx, threadID, rev, byWrite); err != nil {
+			return nil, err
 		}
 	}
 	for _, it := range live {
@@ -230,6 +227,30 @@ func (s *Store) List(ctx context.Context, threadID string) ([]cairn.Checkpoint, 
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+// readChunks reads a thread's body chunks at rev, in pages, grouped by the
+// write that staged them.
+func (s *Store) readChunks(ctx context.Context, thread string, rev int64, byWrite map[string][]*mvccpb.KeyValue) error {
+	prefix := s.layout.Chunks(thread)
+	start, end := string(prefix), string(keys.PrefixEnd(prefix))
+	plen := len(s.layout.CheckpointChunks(thread, 0, keys.Nonce{}))
+	for {
+		// A few chunks a page: each is up to ChunkSize.
+		resp, err := s.client.Get(ctx, start, clientv3.WithRange(end), clientv3.WithRev(rev), clientv3.WithLimit(8))
+		if err != nil {
+			return err
+		}
+		for _, kv := range resp.Kvs {
+			if len(kv.Key) > plen {
+				byWrite[string(kv.Key[:plen])] = append(byWrite[string(kv.Key[:plen])], kv)
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return nil
+		}
+		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
 }
 
 // ListThreads implements cairn.ThreadLister: a paged range read over the

@@ -3,12 +3,14 @@ package etcdstore
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,6 +40,9 @@ const (
 	// inlineBudget is the largest publish transaction the store sends in one
 	// request; a checkpoint whose publish would be larger is staged.
 	inlineBudget = 900 << 10
+	// bodyInline is the largest body kept in the checkpoint record itself;
+	// a larger one is kept in chunks of its own.
+	bodyInline = 64 << 10
 	// refPartBytes bounds one reference record: a shard's digests are split
 	// into parts of at most this size.
 	refPartBytes = 256 << 10
@@ -225,7 +230,8 @@ func (s *Store) guardErr(ctx context.Context) error {
 	return nil
 }
 
-// ckptMeta is the value of a checkpoint record.
+// ckptMeta is the value of a checkpoint record: a uvarint length, that many
+// bytes of JSON, then, for a checkpoint whose body is inline, the body.
 type ckptMeta struct {
 	Seq             uint64  `json:"seq"`
 	ParentID        string  `json:"parent,omitempty"`
@@ -234,11 +240,39 @@ type ckptMeta struct {
 	Nonce           string  `json:"nonce"`
 	// Shards is the set of reference shards the checkpoint has records in.
 	Shards uint32 `json:"shards,omitempty"`
-	// Chunks is the number of staged chunks holding Body; 0 means Body is
-	// inline.
-	Chunks int             `json:"chunks,omitempty"`
-	Size   int             `json:"size"`
-	Body   json.RawMessage `json:"body,omitempty"`
+	// Chunks is the number of chunks holding the body; 0 means the body is
+	// inline, in Body.
+	Chunks int `json:"chunks,omitempty"`
+	Size   int `json:"size"`
+
+	Body []byte `json:"-"`
+}
+
+// encodeMeta returns the value of a checkpoint record.
+func encodeMeta(m ckptMeta) string {
+	j, _ := json.Marshal(m)
+	var sb strings.Builder
+	sb.Grow(binary.MaxVarintLen64 + len(j) + len(m.Body))
+	sb.Write(binary.AppendUvarint(nil, uint64(len(j))))
+	sb.Write(j)
+	sb.Write(m.Body)
+	return sb.String()
+}
+
+// decodeMeta decodes a checkpoint record's value. Body aliases v.
+func decodeMeta(v []byte) (ckptMeta, error) {
+	var m ckptMeta
+	n, k := binary.Uvarint(v)
+	if k <= 0 || n > uint64(len(v)-k) {
+		return m, errCodec
+	}
+	if err := json.Unmarshal(v[k:k+int(n)], &m); err != nil {
+		return m, err
+	}
+	if rest := v[k+int(n):]; len(rest) > 0 {
+		m.Body = rest
+	}
+	return m, nil
 }
 
 // idxRec is the value of an id index record: where a checkpoint id lives.

@@ -100,8 +100,12 @@ func TestVerifyFindsDamage(t *testing.T) {
 			cli.Put(ctx, string(l.Thread("t")), `{"head":"nowhere","headSeq":42,"lastSeq":42}`)
 		}, "dangling-head"},
 		{"LostChunk", func(ctx context.Context, cli *clientv3.Client, l keys.Layout) {
-			r, _ := cli.Get(ctx, string(l.Chunks("t")), clientv3.WithPrefix(), clientv3.WithLimit(1))
+			r, _ := cli.Get(ctx, string(l.Chunks("big")), clientv3.WithPrefix(), clientv3.WithLimit(1))
 			cli.Delete(ctx, string(r.Kvs[0].Key))
+		}, "bad-body"},
+		{"DamagedInlineBody", func(ctx context.Context, cli *clientv3.Client, l keys.Layout) {
+			r, _ := cli.Get(ctx, string(l.Checkpoints("t")), clientv3.WithPrefix(), clientv3.WithLimit(1))
+			cli.Put(ctx, string(r.Kvs[0].Key), string(r.Kvs[0].Value)+"x")
 		}, "bad-body"},
 		{"LostParent", func(ctx context.Context, cli *clientv3.Client, l keys.Layout) {
 			r, _ := cli.Get(ctx, string(l.Checkpoints("t")), clientv3.WithPrefix(), clientv3.WithLimit(1))
@@ -120,6 +124,11 @@ func TestVerifyFindsDamage(t *testing.T) {
 			s := newStore(t, cli, fmt.Sprintf("damage%d/", i), etcdstore.Options{})
 			l, _ := s.AcquireWriter(ctx, "t")
 			buildChain(t, s, l, "t", 3)
+			// And one checkpoint whose body is kept in chunks.
+			bl, _ := s.AcquireWriter(ctx, "big")
+			if _, err := s.Append(ctx, cairn.AppendInput{Checkpoint: largeCheckpoint("b1", "big", "", 500, 200<<10), Writer: bl.Writer}); err != nil {
+				t.Fatal(err)
+			}
 			c.damage(ctx, cli, s.Layout())
 			r, err := s.Verify(ctx, etcdstore.VerifyOptions{})
 			if err != nil {

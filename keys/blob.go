@@ -12,11 +12,17 @@ const (
 	filePrefix     = "sandbox-files/sha256/"
 )
 
-// NumShards is the number of blob reference shards: four per namespace,
-// each holding the digests whose first hex digit falls in one quarter of the
-// range. Shards are numbered in the byte order of the keys they hold, so
-// reading the shards in order yields keys in order.
-const NumShards = 8
+// NumShards is the number of blob reference shards: two per namespace, one
+// for digests whose first bit is 0 and one for those whose first bit is 1.
+// Shards are numbered in the byte order of the keys they hold, so reading the
+// shards in order yields keys in order.
+const NumShards = 2 << shardBits
+
+// shardBits is how many leading bits of a digest pick its shard within its
+// namespace. More shards hold fewer references each (what a walk of the
+// references holds in memory at once), but a checkpoint writes one record per
+// shard it uses.
+const shardBits = 1
 
 // DigestLen is the length of a blob key's SHA-256 digest.
 const DigestLen = 32
@@ -49,7 +55,7 @@ func BlobShard(key string) (shard byte, d Digest, ok bool) {
 	if bad&0xF0 != 0 {
 		return 0, d, false
 	}
-	return ns*(NumShards/2) + d[0]>>6, d, true
+	return ns<<shardBits | d[0]>>(8-shardBits), d, true
 }
 
 // hexValue maps a lower-case hex digit to its value and any other byte to
