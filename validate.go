@@ -26,16 +26,35 @@ func ValidateID(s, what string) error {
 // "C:/x" are rejected, "C:foo" is accepted); and no empty, "." or ".."
 // segment. Paths are not checked for valid UTF-8.
 func ValidatePath(p string) bool {
-	if p == "" || strings.ContainsAny(p, "\x00\\") || p[0] == '/' {
+	if p == "" || p[0] == '/' {
 		return false
 	}
 	if len(p) >= 2 && isASCIILetter(p[0]) && p[1] == ':' && (len(p) == 2 || p[2] == '/') {
-		return false
+		return false // a drive; "C:\x" is refused below for its backslash
 	}
-	for seg := range strings.SplitSeq(p, "/") {
-		if seg == "" || seg == "." || seg == ".." {
-			return false
+	// One pass: no NUL or backslash anywhere, and no segment that is empty,
+	// "." or "..".
+	start := 0
+	for i := 0; i <= len(p); i++ {
+		if i < len(p) && p[i] != '/' {
+			if p[i] == 0 || p[i] == '\\' {
+				return false
+			}
+			continue
 		}
+		switch i - start {
+		case 0:
+			return false
+		case 1:
+			if p[start] == '.' {
+				return false
+			}
+		case 2:
+			if p[start] == '.' && p[start+1] == '.' {
+				return false
+			}
+		}
+		start = i + 1
 	}
 	return true
 }
