@@ -240,11 +240,13 @@ func decodeInstance(b []byte) (cairn.InstanceRecord, error) {
 // valid blob key.
 func refParts(c *cairn.Checkpoint) (parts [keys.NumShards][][]byte, mask uint32) {
 	all := make([]shardDigest, 0, len(c.Files)+len(c.Artifacts))
-	var count [keys.NumShards]int
+	// A counting sort on (namespace, first byte) orders the digests by shard
+	// and nearly by value; sorting each of its small buckets finishes it.
+	var count [2 * 256]int
 	add := func(k string) {
 		if shard, d, ok := keys.BlobShard(k); ok { // always, for a validated checkpoint
 			all = append(all, shardDigest{shard, sortable(d)})
-			count[shard]++
+			count[bucketOf(shard, d[0])]++
 		}
 	}
 	for i := range c.Files {
@@ -255,27 +257,32 @@ func refParts(c *cairn.Checkpoint) (parts [keys.NumShards][][]byte, mask uint32)
 	for i := range c.Artifacts {
 		add(c.Artifacts[i].BlobKey)
 	}
-	// Place each shard's digests in a segment of one array, then sort and
-	// deduplicate each segment.
-	var start [keys.NumShards + 1]int
-	for shard, n := range count {
-		start[shard+1] = start[shard] + n
+	var start [len(count) + 1]int
+	for b, n := range count {
+		start[b+1] = start[b] + n
 	}
-	byShard := make([]sortableDigest, len(all))
+	sorted := make([]sortableDigest, len(all))
 	next := start
 	for _, sd := range all {
-		byShard[next[sd.shard]] = sd.d
-		next[sd.shard]++
+		b := bucketOf(sd.shard, byte(sd.d[0]>>56))
+		sorted[next[b]] = sd.d
+		next[b]++
+	}
+	for b := range count {
+		if count[b] > 1 {
+			slices.SortFunc(sorted[start[b]:start[b+1]], compareDigests)
+		}
 	}
 	buf := make([]byte, 0, len(all)*keys.DigestLen)
 	per := refPartBytes / keys.DigestLen
 	for shard := range keys.NumShards {
-		ds := byShard[start[shard]:start[shard+1]]
+		// The shard's buckets are contiguous: its namespace, and first bytes
+		// whose top bits are the shard's.
+		lo, hi := shardRange(byte(shard))
+		ds := slices.Compact(sorted[start[lo]:start[hi]])
 		if len(ds) == 0 {
 			continue
 		}
-		slices.SortFunc(ds, compareDigests)
-		ds = slices.Compact(ds)
 		mask |= 1 << shard
 		for len(ds) > 0 {
 			n := min(per, len(ds))
@@ -288,6 +295,21 @@ func refParts(c *cairn.Checkpoint) (parts [keys.NumShards][][]byte, mask uint32)
 		}
 	}
 	return parts, mask
+}
+
+// bucketOf numbers the (namespace, first byte) buckets of refParts in key
+// order.
+func bucketOf(shard, first byte) int {
+	ns := int(shard) / (keys.NumShards / 2)
+	return ns<<8 | int(first)
+}
+
+// shardRange returns the buckets [lo, hi) of a shard.
+func shardRange(shard byte) (lo, hi int) {
+	perShard := 256 / (keys.NumShards / 2)
+	ns, i := int(shard)/(keys.NumShards/2), int(shard)%(keys.NumShards/2)
+	lo = ns<<8 | i*perShard
+	return lo, lo + perShard
 }
 
 // shardDigest is a blob key as its shard and digest.

@@ -2,12 +2,15 @@ package etcdstore
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"math"
 	"reflect"
 	"testing"
 
 	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/keys"
 )
 
 func FuzzCheckpointCodec(f *testing.F) {
@@ -60,6 +63,42 @@ func FuzzInstanceCodec(f *testing.F) {
 		got, err := decodeInstance(encodeInstance(&r))
 		if err != nil || (got != r && !math.IsNaN(at)) {
 			t.Fatalf("round trip: %#v, %v", got, err)
+		}
+	})
+}
+
+// FuzzRefParts compares refParts with the obvious computation: per shard, the
+// sorted distinct digests of the checkpoint's blob keys.
+func FuzzRefParts(f *testing.F) {
+	f.Add([]byte{1, 2, 3, 1, 200, 7}, uint8(3))
+	f.Add([]byte{0}, uint8(0))
+	f.Fuzz(func(t *testing.T, seeds []byte, artifacts uint8) {
+		var c cairn.Checkpoint
+		for i, b := range seeds {
+			// Small seeds repeat, so keys repeat within the checkpoint.
+			k := fmt.Sprintf("%x", sha256.Sum256([]byte{b % 17}))
+			if i%3 == 0 {
+				c.Files = append(c.Files, cairn.Entry{Path: fmt.Sprint(i), Kind: cairn.KindDir})
+			}
+			c.Files = append(c.Files, cairn.Entry{Path: fmt.Sprint("f", i), Kind: cairn.KindFile, BlobKey: cairn.FileBlobPrefix + k})
+			if i < int(artifacts) {
+				c.Artifacts = append(c.Artifacts, cairn.Artifact{BlobKey: cairn.ArtifactBlobPrefix + k})
+			}
+		}
+		var want [keys.NumShards][]byte
+		for _, k := range c.BlobKeys() { // sorted and distinct
+			shard, d, _ := keys.BlobShard(k)
+			want[shard] = append(want[shard], d[:]...)
+		}
+		parts, mask := refParts(&c)
+		for shard := range keys.NumShards {
+			got := bytes.Join(parts[shard], nil)
+			if !bytes.Equal(got, want[shard]) {
+				t.Fatalf("shard %d: %x, want %x", shard, got, want[shard])
+			}
+			if (mask&(1<<shard) != 0) != (len(want[shard]) > 0) {
+				t.Fatalf("mask %b wrong for shard %d", mask, shard)
+			}
 		}
 	})
 }
