@@ -13,10 +13,12 @@ import (
 
 	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/bucket"
+	"github.com/cairnstore/cairn/internal/childproc"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	// The goroutine that starts helper servers lives as long as the process.
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction(childproc.Spawner))
 }
 
 // events records the order in which the sweep touches its collaborators.

@@ -34,6 +34,7 @@ import (
 	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/bucket"
 	"github.com/cairnstore/cairn/etcdstore"
+	"github.com/cairnstore/cairn/internal/childproc"
 	"github.com/cairnstore/cairn/internal/embedetcd"
 	"github.com/cairnstore/cairn/internal/s3test"
 	"github.com/cairnstore/cairn/internal/sidecar"
@@ -41,7 +42,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	// The goroutine that starts helper servers lives as long as the process.
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction(childproc.Spawner))
 }
 
 // world is what the end-to-end tests share: the sweeper binary, an embedded

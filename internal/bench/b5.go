@@ -168,7 +168,7 @@ func (r *runner) b5(ctx context.Context) ([]Row, error) {
 	}
 	r.logf("B5: loaded %d objects and %d referencing checkpoints in %v", cfg.B5Objects, (nRef+b5PerCheckpoint-1)/b5PerCheckpoint, time.Since(began).Round(time.Millisecond))
 
-	b, err := bucket.NewS3(ctx, bucket.Config{Endpoint: gw.endpoint, Region: gwRegion, Bucket: gwBucket, PathStyle: true, AccessKeyID: gwAccess, SecretAccessKey: gwSecret})
+	b, err := bucket.NewS3(ctx, bucket.Config{Endpoint: gw.Endpoint, Region: gwRegion, Bucket: gwBucket, PathStyle: true, AccessKeyID: gwAccess, SecretAccessKey: gwSecret})
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"github.com/cairnstore/cairn/internal/childproc"
 	"github.com/cairnstore/cairn/internal/embedetcd"
 )
 
@@ -72,7 +73,6 @@ func startMember(ctx context.Context, dir string) (*member, error) {
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), envMember+"="+dir)
 	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = childProcAttr()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -81,7 +81,7 @@ func startMember(ctx context.Context, dir string) (*member, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
+	if err := childproc.Start(cmd); err != nil {
 		return nil, fmt.Errorf("start etcd member: %w", err)
 	}
 	m := &member{cmd: cmd, stdin: stdin, done: make(chan struct{})}

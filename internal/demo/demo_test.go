@@ -7,10 +7,14 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/cairnstore/cairn/internal/childproc"
+	"github.com/cairnstore/cairn/internal/versitygw"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	// The goroutine that starts helper servers lives as long as the process.
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction(childproc.Spawner))
 }
 
 // TestRun runs the whole demo on each local S3 server and checks its numbers,
@@ -25,7 +29,7 @@ func TestRun(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.server == S3VersityGW {
-				if _, err := findVersityGW(); err != nil {
+				if _, err := versitygw.Find(); err != nil {
 					t.Fatalf("no versitygw binary: %v (make tools builds ./bin/versitygw)", err)
 				}
 			}

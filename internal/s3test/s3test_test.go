@@ -8,10 +8,13 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/cairnstore/cairn/internal/childproc"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	// The goroutine that starts helper servers lives as long as the process.
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction(childproc.Spawner))
 }
 
 // TestVersityGWStopsWithTheTest checks that the server answers while its test

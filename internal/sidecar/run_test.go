@@ -22,12 +22,14 @@ import (
 	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/bucket"
 	"github.com/cairnstore/cairn/etcdstore"
+	"github.com/cairnstore/cairn/internal/childproc"
 	"github.com/cairnstore/cairn/internal/embedetcd"
 	"github.com/cairnstore/cairn/keys"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	// The goroutine that starts helper servers lives as long as the process.
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction(childproc.Spawner))
 }
 
 // now is the sweep clock of these tests; blobs are uploaded a day before.

@@ -18,6 +18,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/cairnstore/cairn/internal/versitygw"
 )
 
 // Environment variables that override the binaries the harness starts.
@@ -25,9 +27,8 @@ const (
 	// EnvMember is the path of an etcd server binary to use instead of
 	// building ./integration/cmd/etcdmember.
 	EnvMember = "CAIRN_ETCDMEMBER"
-	// EnvVersityGW is the path of the versitygw binary (shared with
-	// internal/s3test).
-	EnvVersityGW = "CAIRN_VERSITYGW"
+	// EnvVersityGW is the path of the versitygw binary.
+	EnvVersityGW = versitygw.EnvBinary
 )
 
 // memberPackage is the package of the member program, relative to the module
@@ -141,24 +142,8 @@ func ModuleRoot() (string, error) {
 
 // VersityGWBinary finds the versitygw binary: $CAIRN_VERSITYGW, then
 // ./bin/versitygw at the module root (`make tools` builds it there), then
-// $PATH.
-func VersityGWBinary() (string, error) {
-	if p := os.Getenv(EnvVersityGW); p != "" {
-		if !isExecutable(p) {
-			return "", fmt.Errorf("%s=%s is not an executable file", EnvVersityGW, p)
-		}
-		return p, nil
-	}
-	if root, err := ModuleRoot(); err == nil {
-		if p := filepath.Join(root, "bin", "versitygw"); isExecutable(p) {
-			return p, nil
-		}
-	}
-	if p, err := exec.LookPath("versitygw"); err == nil {
-		return p, nil
-	}
-	return "", fmt.Errorf("no versitygw binary: run `make tools` or set %s", EnvVersityGW)
-}
+// $PATH (see versitygw.Find).
+func VersityGWBinary() (string, error) { return versitygw.Find() }
 
 func isExecutable(p string) bool {
 	fi, err := os.Stat(p)

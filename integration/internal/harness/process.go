@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/cairnstore/cairn/internal/childproc"
 )
 
 // stopTimeout bounds a polite stop before the process is killed.
@@ -33,11 +35,10 @@ func StartProcess(name, bin string, args []string, logPath string, env []string)
 	fmt.Fprintf(f, "\n==== %s start %s: %s %s\n", time.Now().Format(time.RFC3339Nano), name, bin, strings.Join(args, " "))
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = childProcAttr()
 	if env != nil {
 		cmd.Env = env
 	}
-	if err := startCmd(cmd); err != nil {
+	if err := childproc.Start(cmd); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}

@@ -1,18 +1,12 @@
-package bench
+package versitygw
 
 import (
 	"os"
 	"syscall"
 )
 
-// childProcAttr makes the kernel kill a server process when the benchmark
-// process dies, so that a crashed run leaves no server behind.
-func childProcAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-}
-
 // supportsUserXattrs reports whether files in dir take user extended
-// attributes, which versitygw's posix backend keeps its metadata in.
+// attributes, in which the posix backend keeps object metadata.
 func supportsUserXattrs(dir string) bool {
 	f, err := os.CreateTemp(dir, "xattr-probe-")
 	if err != nil {
