@@ -197,11 +197,11 @@ func decodeCheckpoint(b []byte) (cairn.Checkpoint, error) {
 	c.Reason = d.str()
 	c.Label = d.str()
 	c.SourceRunID = d.str()
-	c.Files = make([]cairn.Entry, d.count(4))
+	c.Files = make([]cairn.Entry, d.count(4)) // 3 strings and a varint: at least 4 bytes
 	for i := range c.Files {
 		c.Files[i] = cairn.Entry{Path: d.str(), Kind: cairn.EntryKind(d.str()), BlobKey: d.str(), Size: d.int()}
 	}
-	c.Artifacts = make([]cairn.Artifact, d.count(14))
+	c.Artifacts = make([]cairn.Artifact, d.count(13)) // 4 strings, a varint, a float64: at least 13 bytes
 	for i := range c.Artifacts {
 		c.Artifacts[i] = cairn.Artifact{ArtifactID: d.str(), Name: d.str(), MimeType: d.str(), Size: d.int(), BlobKey: d.str(), CreatedAt: d.f64()}
 	}
