@@ -65,20 +65,13 @@ func (w *newCheckpoint) refCount() int {
 	return n
 }
 
-func (w *newCheckpoint) refBytes() int {
-	n := 0
-	for _, ps := range w.refs {
-		for _, p := range ps {
-			n += len(p)
-		}
+// inlineBytes is what the checkpoint record carries of the body: all of it
+// when the body is kept inline, else nothing.
+func (w *newCheckpoint) inlineBytes() int {
+	if w.chunks() == 0 {
+		return len(w.body)
 	}
-	return n
-}
-
-// staged reports whether the publish would not fit in one request, so the
-// body and the reference records must be staged first.
-func (w *newCheckpoint) staged(extra int) bool {
-	return len(w.body)+w.refBytes()+extra > inlineBudget
+	return 0
 }
 
 // chunks is the number of chunks that hold the body: 0 when it is kept
@@ -308,7 +301,7 @@ func (op *appendOp) run(ctx context.Context, pending error, pendingRev int64) er
 		seq := st.rec.LastSeq + 1
 		vals := s.blobs(op.w, c.ThreadID, seq, op.nonce)
 		var writes []clientv3.Op
-		if op.w.staged(0) {
+		if mustStage(vals, op.w.inlineBytes()) {
 			if op.staging == nil || op.stageSeq != seq {
 				op.staging.abort(ctx)
 				op.staging = nil

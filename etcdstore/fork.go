@@ -171,7 +171,7 @@ func (op *forkOp) run(ctx context.Context, pending error, pendingRev int64) (*ca
 			return nil, cairn.NewError(cairn.CodeInvalidEntry, "checkpoint %q is too large to fork in one transaction", in.SourceCheckpointID)
 		}
 		var writes []clientv3.Op
-		if opBytes(vals)+len(tv) > inlineBudget {
+		if mustStage(vals, len(tv)+w.inlineBytes()) {
 			staging.abort(ctx)
 			if staging, err = s.stage(ctx, vals); err != nil {
 				staging = nil

@@ -126,6 +126,10 @@ func chunks(b []byte, key func(i int) []byte) []blob {
 	return out
 }
 
+// mustStage reports whether a publish writing vals, and extra bytes of
+// records, would not fit in one request, so that vals must be staged first.
+func mustStage(vals []blob, extra int) bool { return opBytes(vals)+extra > inlineBudget }
+
 // opBytes estimates the request size of writing vals.
 func opBytes(vals []blob) int {
 	n := 0

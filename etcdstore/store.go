@@ -336,11 +336,6 @@ func ambiguous(err error) bool {
 	return true
 }
 
-// ErrStagingExpired is returned when a large write's staged chunks expired
-// before the write could publish them (the staging lease could not be kept
-// alive). Nothing was written; the write can be retried.
-var ErrStagingExpired = errors.New("etcdstore: staged data expired before publication")
-
 // withTimeout bounds best-effort cleanup that must not depend on the caller's
 // context having time left.
 func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
