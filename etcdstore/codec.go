@@ -62,9 +62,12 @@ func (d *decoder) fail() {
 	d.b = nil
 }
 
+// A varint whose last byte is 0 (other than 0 itself) is a longer form of a
+// shorter one: the decoder refuses it, so that every value has exactly one
+// encoding.
 func (d *decoder) uint() uint64 {
 	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
+	if n <= 0 || n > 1 && d.b[n-1] == 0 {
 		d.fail()
 		return 0
 	}
@@ -74,7 +77,7 @@ func (d *decoder) uint() uint64 {
 
 func (d *decoder) int() int64 {
 	v, n := binary.Varint(d.b)
-	if n <= 0 {
+	if n <= 0 || n > 1 && d.b[n-1] == 0 {
 		d.fail()
 		return 0
 	}
