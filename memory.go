@@ -10,8 +10,9 @@ import (
 	"sync"
 )
 
-// MemoryStore is the reference implementation of Store, Pruner, ThreadLister
-// and BlobReferenceWalker, kept in memory. It is safe for concurrent use and
+// MemoryStore is the reference implementation of Store, Pruner, ThreadLister,
+// BlobReferenceWalker and the online sweep protocol (BlobClaimer and
+// BlobCollector), kept in memory. It is safe for concurrent use and
 // returns deep copies. It has no fork capability; MemoryForkStore adds one.
 type MemoryStore struct {
 	s *memState
@@ -42,6 +43,7 @@ type memState struct {
 	fences      map[string]int64 // the last fence issued per thread; never cleared
 	refs        map[string]int
 	transcripts map[string]json.RawMessage
+	gc          memGC // claims and GC records of the online sweep
 }
 
 // NewMemoryStore returns an empty MemoryStore. It returns ErrLeaseDuration or
@@ -160,6 +162,7 @@ func (m *MemoryStore) Append(ctx context.Context, in AppendInput) (AppendResult,
 		return AppendResult{}, err
 	}
 	s.insert(c)
+	s.gc.dropLease(in.Writer) // the claims became references, or were not used
 	return AppendResult{HeadID: c.ID}, nil
 }
 
@@ -270,6 +273,7 @@ func (l *memLease) Release(context.Context) {
 	if rec := s.writers[l.w.ThreadID]; rec != nil && rec.OwnerToken == l.w.OwnerToken && rec.Fence == l.w.Fence {
 		delete(s.writers, l.w.ThreadID)
 	}
+	s.gc.dropLease(l.w)
 }
 
 // ListBlobReferences implements Store.
