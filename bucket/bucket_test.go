@@ -50,7 +50,7 @@ func TestBuckets(t *testing.T) {
 			t.Run("ReadBlobDetectsCorruption", func(t *testing.T) {
 				data := []byte("blob of " + tg.name)
 				key := bucket.FileKey(data)
-				if _, err := bucket.UploadBlobs(t.Context(), tg.b, []bucket.Blob{bucket.FileBlob(data)}); err != nil {
+				if _, err := bucket.PutBlobs(t.Context(), tg.b, []bucket.Blob{bucket.FileBlob(data)}); err != nil {
 					t.Fatal(err)
 				}
 				if got, err := bucket.ReadBlob(t.Context(), tg.b, key); err != nil || !bytes.Equal(got, data) {

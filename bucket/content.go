@@ -108,27 +108,41 @@ type UploadResult struct {
 	Present []string
 }
 
-// UploadBlobs stores the blobs of one capture: for each distinct key, in the
-// order first given, it puts the bytes only when the bucket lacks the key
-// (one PutIfAbsent per distinct key; a repeated key with the same bytes costs
-// nothing more). Existing objects are never replaced.
+// PutBlobs stores blobs without the online sweep protocol: for each distinct
+// key, in the order first given, it puts the bytes only when the bucket lacks
+// the key (one PutIfAbsent per distinct key; a repeated key with the same
+// bytes costs nothing more). Existing objects are never replaced.
+//
+// PutBlobs is NOT safe beside a running sweeper: when it finds a key present
+// and skips the upload, a sweep may delete those bytes before the checkpoint
+// that references them is appended. Use UploadBlobs for captures; PutBlobs is
+// for callers that bring their own protocol (or none, with no sweeper running).
 //
 // Before any request it checks every blob: a key that is not a content key,
 // or bytes that do not hash to their key, give a *BlobError matching
 // ErrInvalidBlob and nothing is uploaded. The first failed put stops the
-// upload and returns its error with the keys stored so far, so the caller can
-// abort the capture; blobs already stored stay, and a later sweep removes
-// them once they are old enough and unreferenced.
-func UploadBlobs(ctx context.Context, p Putter, blobs []Blob) (UploadResult, error) {
-	var res UploadResult
+// upload and returns its error with the keys stored so far; blobs already
+// stored stay, and a later sweep removes them once they are old enough and
+// unreferenced.
+func PutBlobs(ctx context.Context, p Putter, blobs []Blob) (UploadResult, error) {
+	todo, err := distinctBlobs(blobs)
+	if err != nil {
+		return UploadResult{}, err
+	}
+	return putAll(ctx, p, todo)
+}
+
+// distinctBlobs checks every blob and returns them with repeated keys dropped,
+// in the order first given.
+func distinctBlobs(blobs []Blob) ([]Blob, error) {
 	seen := make(map[string]struct{}, len(blobs))
 	todo := make([]Blob, 0, len(blobs))
 	for _, b := range blobs {
 		if err := checkBlobKey(b.Key); err != nil {
-			return res, err
+			return nil, err
 		}
 		if ok, d := hashMatches(b.Key, b.Data); !ok {
-			return res, &BlobError{Key: b.Key, Kind: ErrInvalidBlob, Digest: d}
+			return nil, &BlobError{Key: b.Key, Kind: ErrInvalidBlob, Digest: d}
 		}
 		if _, dup := seen[b.Key]; dup {
 			continue
@@ -136,6 +150,11 @@ func UploadBlobs(ctx context.Context, p Putter, blobs []Blob) (UploadResult, err
 		seen[b.Key] = struct{}{}
 		todo = append(todo, b)
 	}
+	return todo, nil
+}
+
+func putAll(ctx context.Context, p Putter, todo []Blob) (UploadResult, error) {
+	var res UploadResult
 	for _, b := range todo {
 		created, err := p.PutIfAbsent(ctx, b.Key, b.Data)
 		if err != nil {
@@ -148,6 +167,51 @@ func UploadBlobs(ctx context.Context, p Putter, blobs []Blob) (UploadResult, err
 		}
 	}
 	return res, nil
+}
+
+// UploadBlobs stores the blobs of one capture safely beside a running
+// sweeper. It first claims every distinct key for the writer lease w through
+// the store's online sweep protocol (cairn.BlobClaimer), and only then puts
+// the bytes of each key the bucket lacks: a claimed key cannot be deleted by
+// a sweep until the lease's next Append, which turns the claims into
+// references. A key that a sweep is deleting is waited for
+// (cairn.BlobClaimer.WaitBlobs), claimed again and uploaded, never reused.
+// The wait ends when the sweeper settles the delete, normally within its
+// delete batch, at the latest in its next run; ctx bounds it.
+//
+// Pass the blobs that the checkpoint references and its parent does not: keys
+// the parent references are protected by that reference while the writer
+// holds the lease (claiming them as well is harmless and costs a little).
+//
+// It returns the blob errors of PutBlobs before any request, the store's
+// errors of ClaimBlobs as they are (cairn.ErrWriterLost when w is not
+// current: then nothing may be appended), ctx's error when the wait for a
+// deleted key outlasts it, and the first failed put.
+func UploadBlobs(ctx context.Context, c cairn.BlobClaimer, w cairn.Writer, p Putter, blobs []Blob) (UploadResult, error) {
+	todo, err := distinctBlobs(blobs)
+	if err != nil {
+		return UploadResult{}, err
+	}
+	keys := make([]string, len(todo))
+	for i, b := range todo {
+		keys[i] = b.Key
+	}
+	for len(keys) > 0 {
+		busy, err := c.ClaimBlobs(ctx, w, keys)
+		if err != nil {
+			return UploadResult{}, err
+		}
+		if len(busy) == 0 {
+			break
+		}
+		// A sweep is deleting these: their bytes may be gone, or about to
+		// be. Wait until it has settled them, then claim them again.
+		if err := c.WaitBlobs(ctx, busy); err != nil {
+			return UploadResult{}, fmt.Errorf("bucket: wait for a sweep to finish deleting %d blobs before uploading them again: %w", len(busy), err)
+		}
+		keys = busy
+	}
+	return putAll(ctx, p, todo)
 }
 
 // ReadBlob reads the blob under key and checks that its bytes hash to the key.

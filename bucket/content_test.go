@@ -64,7 +64,7 @@ func (c *countingPutter) PutIfAbsent(ctx context.Context, key string, data []byt
 	return c.Memory.PutIfAbsent(ctx, key, data)
 }
 
-func TestUploadBlobs(t *testing.T) {
+func TestPutBlobs(t *testing.T) {
 	a, b, c := bucket.FileBlob([]byte("a")), bucket.ArtifactBlob([]byte("b")), bucket.FileBlob([]byte("c"))
 	tests := []struct {
 		name         string
@@ -101,9 +101,9 @@ func TestUploadBlobs(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			res, err := bucket.UploadBlobs(t.Context(), p, tc.blobs)
+			res, err := bucket.PutBlobs(t.Context(), p, tc.blobs)
 			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil && err != nil) {
-				t.Fatalf("UploadBlobs error = %v; want %v", err, tc.wantErr)
+				t.Fatalf("PutBlobs error = %v; want %v", err, tc.wantErr)
 			}
 			if !slices.Equal(p.calls, tc.wantCalls) {
 				t.Errorf("PutIfAbsent calls = %v; want %v", p.calls, tc.wantCalls)
@@ -118,7 +118,7 @@ func TestUploadBlobs(t *testing.T) {
 func TestReadBlob(t *testing.T) {
 	mem := bucket.NewMemory(nil)
 	good := []byte("good bytes")
-	if _, err := bucket.UploadBlobs(t.Context(), mem, []bucket.Blob{bucket.FileBlob(good), bucket.ArtifactBlob(good)}); err != nil {
+	if _, err := bucket.PutBlobs(t.Context(), mem, []bucket.Blob{bucket.FileBlob(good), bucket.ArtifactBlob(good)}); err != nil {
 		t.Fatal(err)
 	}
 	corrupt := bucket.ArtifactKey([]byte("original"))

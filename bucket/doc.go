@@ -9,9 +9,16 @@
 //
 // # Content addressing
 //
-// FileKey and ArtifactKey name bytes by their SHA-256 digest, UploadBlobs puts
-// each distinct blob of a capture only when the bucket lacks it, and ReadBlob
-// reads a blob back and checks that its bytes still hash to its key.
+// FileKey and ArtifactKey name bytes by their SHA-256 digest, UploadBlobs
+// claims each distinct blob of a capture for the writer's lease and then puts
+// it only when the bucket lacks it, and ReadBlob reads a blob back and checks
+// that its bytes still hash to its key.
+//
+// UploadBlobs is the upload that is safe beside a running sweeper: the claim,
+// made in the store before the bucket is asked whether it has the bytes, is
+// what stops a sweep from deleting bytes that a capture decided to reuse.
+// PutBlobs is the same upload without the claim, for callers that bring their
+// own protocol; with a sweeper running it can lose the bytes it reuses.
 //
 // # Errors
 //

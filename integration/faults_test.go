@@ -65,7 +65,7 @@ func blobPool(t *testing.T, b bucket.Putter) []bucket.Blob {
 	blobs = append(blobs, bucket.ArtifactBlob([]byte("artifact blob 0")), bucket.ArtifactBlob([]byte("artifact blob 1")))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := bucket.UploadBlobs(ctx, b, blobs); err != nil {
+	if _, err := bucket.PutBlobs(ctx, b, blobs); err != nil {
 		t.Fatal(err)
 	}
 	return blobs

@@ -314,7 +314,7 @@ func sweeperWithTLSAndAuth(t *testing.T, sc *securedCluster) {
 	}
 	defer bkt.Close()
 	blobs := []bucket.Blob{bucket.FileBlob([]byte("kept")), bucket.FileBlob([]byte("pruned")), bucket.FileBlob([]byte("orphan"))}
-	if _, err := bucket.UploadBlobs(ctx, bkt, blobs); err != nil {
+	if _, err := bucket.PutBlobs(ctx, bkt, blobs); err != nil {
 		t.Fatal(err)
 	}
 	store, err := etcdstore.New(sc.client(t, appUser, appPassword, nil), prefix, etcdstore.Options{})

@@ -39,7 +39,7 @@ func (c *capturer) capture(t *testing.T, thread string, files, artifacts []strin
 		blobs = append(blobs, b)
 		cp.Artifacts = append(cp.Artifacts, cairn.Artifact{ArtifactID: fmt.Sprint("a", i), Name: "a", MimeType: "text/plain", Size: int64(len(a)), BlobKey: b.Key})
 	}
-	if _, err := bucket.UploadBlobs(ctx, c.blobs, blobs); err != nil {
+	if _, err := bucket.PutBlobs(ctx, c.blobs, blobs); err != nil {
 		t.Fatal(err)
 	}
 	lease, err := c.store.AcquireWriter(ctx, thread)

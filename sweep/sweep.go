@@ -69,6 +69,9 @@ type Options struct {
 	BeforeDelete func(ctx context.Context, batch []string) error
 	// Logger receives the sweep's log records. Nil discards them.
 	Logger *slog.Logger
+
+	// hooks lets the package's tests stop the online sweep between its steps.
+	hooks *hooks
 }
 
 // The sweep's errors, matched with errors.Is.
@@ -121,6 +124,28 @@ type Report struct {
 	Pending []string `json:"pending"`
 	// Skipped are candidates past MaxDeletes.
 	Skipped []string `json:"skipped"`
+
+	// The online protocol (a store that implements cairn.BlobCollector).
+	//
+	// Online says the sweep ran under it.
+	Online bool `json:"online"`
+	// Claimed is the number of listed, unreferenced keys that a writer has
+	// claimed: in use by a capture that has not appended yet.
+	Claimed int `json:"claimed"`
+	// Marked is the number of keys found unreferenced and unclaimed for the
+	// first time: their grace starts now.
+	Marked int `json:"marked"`
+	// Waiting is the number of candidates whose grace has not passed.
+	Waiting int `json:"waiting"`
+	// Dropped is the number of candidate records removed because their key
+	// was referenced, claimed or gone from the bucket.
+	Dropped int `json:"dropped"`
+	// Unsettled is the number of keys an earlier run left in the deleting
+	// state (its delete's outcome was unknown); this run deletes them again.
+	Unsettled int `json:"unsettled"`
+	// Aborted are candidates that a writer claimed after the read: their
+	// delete was called off.
+	Aborted []string `json:"aborted"`
 	// Batches is the number of batches sent (or, in a dry run, passed over).
 	Batches int `json:"batches"`
 
@@ -148,6 +173,13 @@ func (r Report) LogValue() slog.Value {
 		slog.Int("failed", len(r.Failed)),
 		slog.Int("pending", len(r.Pending)),
 		slog.Int("skipped", len(r.Skipped)),
+		slog.Bool("online", r.Online),
+		slog.Int("claimed", r.Claimed),
+		slog.Int("marked", r.Marked),
+		slog.Int("waiting", r.Waiting),
+		slog.Int("dropped", r.Dropped),
+		slog.Int("unsettled", r.Unsettled),
+		slog.Int("aborted", len(r.Aborted)),
 		slog.Int("batches", r.Batches),
 		slog.Duration("duration", r.Duration),
 	)
@@ -158,6 +190,9 @@ type candidate struct {
 	key        string
 	size       int64
 	referenced bool
+	// young says the key was uploaded too recently to delete; only the
+	// online sweep keeps young keys (it may mark them).
+	young bool
 }
 
 // validate checks the options and applies the defaults.
@@ -215,7 +250,12 @@ func Sweep(ctx context.Context, refs References, blobs Blobs, opts Options) (Rep
 		return rep, err
 	}
 	s := &sweeper{refs: refs, blobs: blobs, opts: opts, log: opts.Logger, rep: &rep, began: began}
-	err = s.run(ctx)
+	if col, ok := refs.(cairn.BlobCollector); ok {
+		s.col, s.keepYoung = col, true
+		err = s.runOnline(ctx)
+	} else {
+		err = s.run(ctx)
+	}
 	rep.Duration = time.Since(began)
 	return rep, err
 }
@@ -223,10 +263,14 @@ func Sweep(ctx context.Context, refs References, blobs Blobs, opts Options) (Rep
 type sweeper struct {
 	refs  References
 	blobs Blobs
-	opts  Options
-	log   *slog.Logger
-	rep   *Report
-	began time.Time
+	// col is the store's side of the online sweep protocol, when it has one.
+	col cairn.BlobCollector
+	// keepYoung makes the listing keep keys too young to delete.
+	keepYoung bool
+	opts      Options
+	log       *slog.Logger
+	rep       *Report
+	began     time.Time
 }
 
 func (s *sweeper) run(ctx context.Context) error {
@@ -285,11 +329,14 @@ func (s *sweeper) list(ctx context.Context) ([]candidate, error) {
 			s.rep.ListedBytes += o.Size
 			// Strictly older than OlderThan; a key without an upload time
 			// cannot be judged and stays.
-			if o.UploadedAt.IsZero() || s.rep.Now.Sub(o.UploadedAt) <= s.opts.OlderThan {
+			young := o.UploadedAt.IsZero() || s.rep.Now.Sub(o.UploadedAt) <= s.opts.OlderThan
+			if young {
 				s.rep.Young++
-				continue
+				if !s.keepYoung {
+					continue
+				}
 			}
-			cands = append(cands, candidate{key: o.Key, size: o.Size})
+			cands = append(cands, candidate{key: o.Key, size: o.Size, young: young})
 		}
 	}
 	slices.SortFunc(cands, func(a, b candidate) int { return strings.Compare(a.key, b.key) })

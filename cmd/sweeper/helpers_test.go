@@ -155,7 +155,7 @@ func (tn *tenant) seed(t *testing.T) seeded {
 			blobs = append(blobs, b)
 			cp.Artifacts = append(cp.Artifacts, cairn.Artifact{ArtifactID: id + "-log", Name: "log", MimeType: "text/plain", Size: int64(len(b.Data)), BlobKey: b.Key})
 		}
-		if _, err := bucket.UploadBlobs(ctx, tn.blobs, blobs); err != nil {
+		if _, err := bucket.PutBlobs(ctx, tn.blobs, blobs); err != nil {
 			t.Fatal(err)
 		}
 		lease, err := tn.store.AcquireWriter(ctx, thread)
@@ -187,7 +187,7 @@ func (tn *tenant) seed(t *testing.T) seeded {
 	}
 	for i := range 3 {
 		b := bucket.FileBlob(fmt.Appendf(nil, "orphan %d: a capture that never appended", i))
-		if _, err := bucket.UploadBlobs(t.Context(), tn.blobs, []bucket.Blob{b}); err != nil {
+		if _, err := bucket.PutBlobs(t.Context(), tn.blobs, []bucket.Blob{b}); err != nil {
 			t.Fatal(err)
 		}
 		s.orphans = append(s.orphans, b.Key)

@@ -301,7 +301,7 @@ func (d *demo) captureAll(ctx context.Context, src, work string, res *Result) (m
 		bucket.FileBlob([]byte("# Draft\n\nA capture that never finished uploaded this file.\n")),
 		bucket.ArtifactBlob([]byte("partial test output\n")),
 	}
-	up, err := bucket.UploadBlobs(ctx, d.blobs, crashed)
+	up, err := bucket.PutBlobs(ctx, d.blobs, crashed)
 	if err != nil {
 		return nil, err
 	}

@@ -175,7 +175,7 @@ func (d *demo) capture(ctx context.Context, dir, thread string, turn int, artifa
 		cp.Artifacts = []cairn.Artifact{{ArtifactID: cp.ID + "-report", Name: "test-report.txt", MimeType: "text/plain",
 			Size: int64(len(b.Data)), BlobKey: b.Key, CreatedAt: cp.CreatedAt}}
 	}
-	up, err := bucket.UploadBlobs(ctx, d.blobs, blobs)
+	up, err := bucket.PutBlobs(ctx, d.blobs, blobs)
 	if err != nil {
 		return nil, up, fmt.Errorf("capture %s: upload: %w", cp.ID, err)
 	}

@@ -86,7 +86,7 @@ func (f *fixture) seed(t *testing.T) {
 		{"alpha", "alpha 1"}, {"alpha", "alpha 2"}, {"alpha", "alpha 3"}, {"beta", "beta 1"},
 	} {
 		files := []bucket.Blob{bucket.FileBlob([]byte(c.content)), bucket.FileBlob([]byte("shared"))}
-		if _, err := bucket.UploadBlobs(ctx, f.mem, files); err != nil {
+		if _, err := bucket.PutBlobs(ctx, f.mem, files); err != nil {
 			t.Fatal(err)
 		}
 		lease, err := f.store.AcquireWriter(ctx, c.thread)

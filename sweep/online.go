@@ -1,0 +1,388 @@
+package sweep
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/bucket"
+)
+
+// hooks are called between the steps of the online sweep. They exist for the
+// package's tests, which use them to run a capture at each point where it
+// could interleave with a sweep.
+type hooks struct {
+	afterRead   func(ctx context.Context, view cairn.BlobGCView)
+	afterMark   func(ctx context.Context, marked []cairn.GCRecord)
+	afterBegin  func(ctx context.Context, moved []cairn.GCRecord)
+	afterDelete func(ctx context.Context, res bucket.DeleteResult, err error)
+}
+
+// target is one key the online sweep will delete: a candidate it moves to
+// GCDeleting first, or a key already in GCDeleting that an earlier run left
+// unsettled.
+type target struct {
+	rec  cairn.GCRecord
+	size int64
+}
+
+// runOnline is the sweep under the online protocol (see the package doc):
+//
+//  1. now and the cutoff, then the listing (as the plain sweep);
+//  2. one read of references, live claims and GC records at one point in
+//     time after the listing;
+//  3. records of keys that are referenced, claimed or no longer listed are
+//     dropped; unreferenced, unclaimed listed keys without a record are
+//     marked with Since = now;
+//  4. when OlderThan is zero the keys just marked are deletable at once, but
+//     only on the strength of a read taken after their mark, so the read is
+//     repeated;
+//  5. each batch: BeforeDelete, then candidates to GCDeleting (a claim since
+//     the read aborts that key), then one S3 DeleteObjects for those keys and
+//     for the keys earlier runs left in GCDeleting, then each key's record is
+//     settled by the bucket's answer: gone on success, back to candidate on a
+//     refusal, left in GCDeleting when the answer is unknown.
+//
+// A dry run does the listing and the read and writes nothing.
+func (s *sweeper) runOnline(ctx context.Context) error {
+	rep := s.rep
+	rep.DryRun = s.opts.DryRun
+	rep.Online = true
+	rep.Now = s.opts.Now()
+	rep.Cutoff = rep.Now.Add(-s.opts.OlderThan)
+	s.log.InfoContext(ctx, "sweep started", "phase", "start", "older_than", s.opts.OlderThan.String(),
+		"now", rep.Now, "cutoff", rep.Cutoff, "dry_run", s.opts.DryRun, "max_deletes", s.opts.MaxDeletes, "protocol", "online")
+
+	t := time.Now()
+	cands, err := s.list(ctx)
+	rep.ListDuration = time.Since(t)
+	if err != nil {
+		s.log.ErrorContext(ctx, "sweep aborted: listing failed, nothing deleted", "phase", "list", "error", err)
+		return err
+	}
+	s.log.InfoContext(ctx, "bucket listed", "phase", "list", "listed", rep.Listed, "young", rep.Young,
+		"duration", rep.ListDuration.String())
+
+	t = time.Now()
+	view, err := s.readGC(ctx, cands)
+	rep.ReferencesDuration = time.Since(t)
+	if err != nil {
+		s.log.ErrorContext(ctx, "sweep aborted: reading references and claims failed, nothing deleted", "phase", "references", "error", err)
+		return err
+	}
+	s.log.InfoContext(ctx, "references read", "phase", "references", "references", rep.References,
+		"referenced", rep.Referenced, "claimed", len(view.Claimed), "records", len(view.Records),
+		"duration", rep.ReferencesDuration.String())
+	if h := s.opts.hooks; h != nil && h.afterRead != nil {
+		h.afterRead(ctx, view)
+	}
+
+	targets, drop, mark := s.classify(cands, &view)
+	if !s.opts.DryRun {
+		if err := s.col.DropBlobRecords(ctx, drop); err != nil {
+			return s.abort(ctx, "dropping stale GC records", err)
+		}
+		rep.Dropped = len(drop)
+		marked, err := s.col.MarkBlobs(ctx, mark, float64(rep.Now.UnixMilli()))
+		if err != nil {
+			return s.abort(ctx, "marking candidates", err)
+		}
+		rep.Marked = len(marked)
+		if h := s.opts.hooks; h != nil && h.afterMark != nil {
+			h.afterMark(ctx, marked)
+		}
+		if s.opts.OlderThan == 0 && len(marked) > 0 {
+			fresh, err := s.confirm(ctx, cands, marked)
+			if err != nil {
+				return s.abort(ctx, "reading references after marking", err)
+			}
+			targets = append(targets, fresh...)
+		}
+	} else if s.opts.OlderThan == 0 {
+		// What the real run would mark and then delete.
+		for _, k := range mark {
+			if c := find(cands, k); c != nil && !c.young {
+				targets = append(targets, target{rec: cairn.GCRecord{Key: k, State: cairn.GCCandidate}, size: c.size})
+			}
+		}
+	}
+	slices.SortFunc(targets, func(a, b target) int { return strings.Compare(a.rec.Key, b.rec.Key) })
+
+	t = time.Now()
+	err = s.deleteOnline(ctx, targets)
+	rep.DeleteDuration = time.Since(t)
+	rep.Duration = time.Since(s.began)
+	level := slog.LevelInfo
+	if err != nil {
+		level = slog.LevelError
+	}
+	s.log.Log(ctx, level, "sweep finished", "phase", "done", "report", *rep, "error", err)
+	return err
+}
+
+// abort logs and wraps an error of the store that stops the sweep before its
+// deletes.
+func (s *sweeper) abort(ctx context.Context, what string, err error) error {
+	s.log.ErrorContext(ctx, "sweep aborted: "+what+" failed, nothing deleted", "phase", "mark", "error", err)
+	return wrap(err, "sweep: %s (nothing deleted)", what)
+}
+
+// readGC reads references, claims and records, flags the listed keys that are
+// referenced, and counts them in the report.
+func (s *sweeper) readGC(ctx context.Context, cands []candidate) (cairn.BlobGCView, error) {
+	view, err := s.col.ReadBlobGC(ctx, func(r cairn.BlobReference) error {
+		s.rep.References++
+		if c := find(cands, r.Key); c != nil && !c.referenced {
+			c.referenced = true
+			s.rep.Referenced++
+		}
+		return nil
+	})
+	if err != nil {
+		return view, wrap(err, "sweep: read references and claims (nothing deleted)")
+	}
+	return view, nil
+}
+
+// classify decides, from one read, what happens to each key: targets are the
+// keys to delete in this run (eligible candidates and unsettled deletes),
+// drop the records that no longer describe garbage, mark the listed keys
+// found unreferenced and unclaimed for the first time.
+func (s *sweeper) classify(cands []candidate, view *cairn.BlobGCView) (targets []target, drop []cairn.GCRecord, mark []string) {
+	rep := s.rep
+	nowMs := float64(rep.Now.UnixMilli())
+	graceMs := float64(s.opts.OlderThan.Milliseconds())
+	for _, r := range view.Records {
+		c := find(cands, r.Key)
+		switch {
+		case r.State == cairn.GCDeleting:
+			// An earlier run did not learn whether its delete worked. The
+			// key stays gone for writers until a delete is known to have
+			// succeeded; deleting again is harmless.
+			var size int64
+			if c != nil {
+				size = c.size
+			}
+			targets = append(targets, target{rec: r, size: size})
+			rep.Unsettled++
+		case r.State != cairn.GCCandidate:
+			// A state this sweeper does not know: leave it alone.
+		case c == nil || c.referenced || view.IsClaimed(r.Key):
+			drop = append(drop, r)
+		case !c.young && nowMs-r.Since >= graceMs:
+			targets = append(targets, target{rec: r, size: c.size})
+		default:
+			rep.Waiting++
+		}
+	}
+	for i := range cands {
+		c := &cands[i]
+		switch {
+		case c.referenced:
+		case view.IsClaimed(c.key):
+			rep.Claimed++
+		default:
+			if _, ok := view.Record(c.key); !ok {
+				mark = append(mark, c.key)
+			}
+		}
+	}
+	return targets, drop, mark
+}
+
+// confirm reads references and claims again, after the keys of marked got
+// their records, and returns those that are still unreferenced, unclaimed,
+// old enough by upload time and unchanged.
+func (s *sweeper) confirm(ctx context.Context, cands []candidate, marked []cairn.GCRecord) ([]target, error) {
+	referenced := map[string]bool{}
+	view, err := s.col.ReadBlobGC(ctx, func(r cairn.BlobReference) error {
+		if _, ok := slices.BinarySearchFunc(marked, r.Key, recordKey); ok {
+			referenced[r.Key] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []target
+	for _, m := range marked {
+		c := find(cands, m.Key)
+		cur, ok := view.Record(m.Key)
+		if c == nil || c.young || referenced[m.Key] || view.IsClaimed(m.Key) || !ok || cur.Version != m.Version {
+			continue
+		}
+		out = append(out, target{rec: cur, size: c.size})
+	}
+	return out, nil
+}
+
+func recordKey(r cairn.GCRecord, k string) int { return strings.Compare(r.Key, k) }
+
+// find returns the listed key k, or nil.
+func find(cands []candidate, k string) *candidate {
+	i, ok := slices.BinarySearchFunc(cands, k, func(c candidate, k string) int { return strings.Compare(c.key, k) })
+	if !ok {
+		return nil
+	}
+	return &cands[i]
+}
+
+// deleteOnline deletes the targets in batches, each through the protocol.
+func (s *sweeper) deleteOnline(ctx context.Context, targets []target) error {
+	rep := s.rep
+	rep.Candidates = len(targets)
+	if s.opts.MaxDeletes > 0 && len(targets) > s.opts.MaxDeletes {
+		for _, t := range targets[s.opts.MaxDeletes:] {
+			rep.Skipped = append(rep.Skipped, t.rec.Key)
+		}
+		s.log.WarnContext(ctx, "more candidates than MaxDeletes; the rest are skipped", "phase", "delete",
+			"candidates", len(targets), "max_deletes", s.opts.MaxDeletes, "skipped", len(rep.Skipped))
+		targets = targets[:s.opts.MaxDeletes]
+	}
+	pending := func(ts []target) {
+		for _, t := range ts {
+			rep.Pending = append(rep.Pending, t.rec.Key)
+		}
+	}
+	var stopErr error
+	for start := 0; start < len(targets); start += s.opts.BatchSize {
+		batch := targets[start:min(start+s.opts.BatchSize, len(targets))]
+		keys := make([]string, len(batch))
+		for i, t := range batch {
+			keys[i] = t.rec.Key
+		}
+		if err := ctx.Err(); err != nil {
+			pending(targets[start:])
+			stopErr = err
+			break
+		}
+		if s.opts.BeforeDelete != nil {
+			if err := s.opts.BeforeDelete(ctx, keys); err != nil {
+				pending(targets[start:])
+				stopErr = fmt.Errorf("%w: BeforeDelete refused a batch of %d keys: %w", ErrStopped, len(keys), err)
+				s.log.WarnContext(ctx, "BeforeDelete stopped the sweep", "phase", "delete", "batch", rep.Batches, "keys", len(keys), "error", err)
+				break
+			}
+		}
+		rep.Batches++
+		if s.opts.DryRun {
+			for _, t := range batch {
+				rep.Deleted = append(rep.Deleted, t.rec.Key)
+				rep.BytesFreed += t.size
+			}
+			s.log.InfoContext(ctx, "batch not deleted: dry run", "phase", "delete", "batch", rep.Batches, "keys", len(keys))
+			continue
+		}
+		if err := s.deleteBatch(ctx, batch); err != nil {
+			pending(targets[start+len(batch):])
+			stopErr = err
+			break
+		}
+	}
+	if len(rep.Failed) > 0 {
+		incomplete := fmt.Errorf("%w: %d of %d keys; the first %v", ErrIncomplete, len(rep.Failed), rep.Candidates, rep.Failed[0])
+		return errors.Join(stopErr, incomplete)
+	}
+	return stopErr
+}
+
+// deleteBatch moves the batch's candidates to GCDeleting, deletes the bytes
+// of those and of the batch's unsettled keys, and settles each record by the
+// bucket's answer. It returns an error that stops the sweep: the store
+// refused the transitions, or the delete request failed as a whole (then the
+// batch's records stay in GCDeleting, for a later run to settle).
+func (s *sweeper) deleteBatch(ctx context.Context, batch []target) error {
+	rep := s.rep
+	var fresh []cairn.GCRecord
+	sizes := make(map[string]int64, len(batch))
+	var ready []cairn.GCRecord // records in GCDeleting whose bytes this batch deletes
+	for _, t := range batch {
+		sizes[t.rec.Key] = t.size
+		if t.rec.State == cairn.GCDeleting {
+			ready = append(ready, t.rec)
+		} else {
+			fresh = append(fresh, t.rec)
+		}
+	}
+	moved, err := s.col.BeginBlobDeletes(ctx, fresh)
+	if err != nil {
+		for _, t := range batch {
+			rep.Pending = append(rep.Pending, t.rec.Key)
+		}
+		s.log.ErrorContext(ctx, "the store refused to start the deletes; sweep stopped", "phase", "delete", "error", err)
+		return fmt.Errorf("%w: start the deletes of %d keys: %w", ErrStopped, len(fresh), err)
+	}
+	if h := s.opts.hooks; h != nil && h.afterBegin != nil {
+		h.afterBegin(ctx, moved)
+	}
+	for _, r := range fresh {
+		if _, ok := slices.BinarySearchFunc(moved, r.Key, recordKey); !ok {
+			// Claimed, or changed, since the read: the key lives on.
+			rep.Aborted = append(rep.Aborted, r.Key)
+		}
+	}
+	ready = append(ready, moved...)
+	if len(ready) == 0 {
+		return nil
+	}
+	slices.SortFunc(ready, func(a, b cairn.GCRecord) int { return strings.Compare(a.Key, b.Key) })
+	keys := make([]string, len(ready))
+	for i, r := range ready {
+		keys[i] = r.Key
+	}
+	res, derr := s.blobs.Delete(ctx, keys)
+	if h := s.opts.hooks; h != nil && h.afterDelete != nil {
+		h.afterDelete(ctx, res, derr)
+	}
+	if derr != nil && !errors.Is(derr, bucket.ErrPartialDelete) {
+		// The answer is unknown: the records stay in GCDeleting and writers
+		// keep treating the bytes as gone until a later run settles them.
+		rep.Pending = append(rep.Pending, keys...)
+		s.log.ErrorContext(ctx, "delete request failed; its keys stay in the deleting state for the next run; sweep stopped",
+			"phase", "delete", "batch", rep.Batches, "keys", len(keys), "error", derr)
+		return fmt.Errorf("%w: a delete request failed: %w", ErrStopped, derr)
+	}
+	outcome := make(map[string]error, len(keys))
+	for _, k := range res.Deleted {
+		outcome[k] = nil
+	}
+	for _, f := range res.Failed {
+		outcome[f.Key] = f.Err
+		if f.Err == nil {
+			outcome[f.Key] = errors.New("the bucket reported a failure without a reason")
+		}
+	}
+	var gone, kept, unknown []cairn.GCRecord
+	for _, r := range ready {
+		err, seen := outcome[r.Key]
+		switch {
+		case !seen:
+			unknown = append(unknown, r)
+			rep.Failed = append(rep.Failed, bucket.KeyError{Key: r.Key, Err: errors.New("the bucket did not report this key")})
+		case err == nil:
+			gone = append(gone, r)
+			rep.Deleted = append(rep.Deleted, r.Key)
+			rep.BytesFreed += sizes[r.Key]
+		default:
+			kept = append(kept, r)
+			rep.Failed = append(rep.Failed, bucket.KeyError{Key: r.Key, Err: err})
+			s.log.WarnContext(ctx, "blob not deleted", "phase", "delete", "blob", r.Key, "error", err)
+		}
+	}
+	s.log.InfoContext(ctx, "batch deleted", "phase", "delete", "batch", rep.Batches, "keys", len(keys),
+		"deleted", len(gone), "failed", len(kept)+len(unknown))
+	// Settle what is known. A failure here leaves records in GCDeleting: the
+	// keys stay unusable for writers until the next run, never unsafe.
+	if err := s.col.EndBlobDeletes(ctx, gone, true); err != nil {
+		return fmt.Errorf("%w: record %d deletes: %w", ErrStopped, len(gone), err)
+	}
+	if err := s.col.EndBlobDeletes(ctx, kept, false); err != nil {
+		return fmt.Errorf("%w: record %d refused deletes: %w", ErrStopped, len(kept), err)
+	}
+	return nil
+}
