@@ -11,23 +11,38 @@
 //
 // # Safety
 //
-// A capture uploads its blobs before it appends the checkpoint that
-// references them, so OlderThan must be longer than the longest capture. The
-// sweep takes now before it lists the bucket and reads the references after
-// the listing, so a blob uploaded during the listing is either too young or
-// already referenced. It fails closed: an error while listing or reading
-// references aborts it before the first delete. It deletes in batches of at
-// most 1000 keys (one S3 DeleteObjects request each, never an empty one), and
+// With a store that implements cairn.BlobCollector (the memory stores and
+// etcdstore do), Sweep runs the online protocol and is safe while captures
+// run, provided the captures claim what they reuse (bucket.UploadBlobs does):
+//
+//   - A key is deleted only if, at a read of the store taken after the
+//     listing and after the key's GC record was created, no checkpoint
+//     references it and no writer has a live claim on it; the record moves
+//     from candidate to deleting by a compare-and-swap on its version, and a
+//     claim made since the read removes the record, so that key's delete is
+//     called off (Report.Aborted).
+//   - The grace, OlderThan, runs from the first sweep that found the key
+//     unreferenced and unclaimed (GCRecord.Since), so a blob is deleted no
+//     sooner than OlderThan after its last reference or claim ended, and no
+//     sooner than OlderThan after its upload. With OlderThan = 0 a key is
+//     marked, read again and deleted in one run; otherwise it is marked in
+//     one run and deleted by a later one.
+//   - A delete whose outcome is unknown leaves the key in the deleting
+//     state: writers treat its bytes as gone and wait; the next run deletes
+//     it again and settles it.
+//
+// With a store without the protocol, Sweep follows upstream's rule: it
+// deletes each unreferenced key whose age, now minus its upload time, is
+// strictly greater than OlderThan, and a capture that reuses an old
+// unreferenced blob during the sweep can lose it.
+//
+// Both take now before they list the bucket and read the store after the
+// listing. They fail closed: an error while listing or reading the store
+// aborts the sweep before the first delete. They delete in batches of at most
+// 1000 keys (one S3 DeleteObjects request each, never an empty one), and
 // Options.BeforeDelete can veto each batch, for example when the caller has
 // lost the lock that makes it the only sweeper. Options.MaxDeletes caps the
-// deletes of one run, and Options.DryRun runs every step but the delete
-// requests.
-//
-// A capture that finds an old, unreferenced blob already present reuses it
-// without uploading; if the sweep deletes that blob before the capture
-// appends, the new checkpoint references a missing blob. As upstream says,
-// run the sweep when no capture runs, or make OlderThan long enough that no
-// capture reuses a blob that old.
+// deletes of one run, and Options.DryRun runs every step but the writes.
 //
 // # Memory
 //
