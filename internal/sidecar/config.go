@@ -206,7 +206,7 @@ func newFlagSet(c *Config, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&c.S3.PathStyle, "s3-path-style", c.S3.PathStyle, "address the bucket in the URL path (most local S3 servers need it)")
 
 	fs.IntVar(&c.Keep, "keep", c.Keep, "before sweeping, keep only the newest N checkpoints of every thread (0: prune nothing)")
-	fs.Var(durationValue{&c.OlderThan}, "older-than", "delete only unreferenced blobs uploaded longer ago than this; longer than your longest capture")
+	fs.Var(durationValue{&c.OlderThan}, "older-than", "the grace: delete a blob only once it has been unreferenced and unclaimed this long, and was uploaded this long ago")
 	fs.BoolVar(&c.DryRun, "dry-run", c.DryRun, "do everything but remove checkpoints and delete blobs; report what would go")
 	fs.IntVar(&c.MaxDeletes, "max-deletes", c.MaxDeletes, "delete at most this many blobs per run; the next run goes on (0: no limit)")
 	fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "blobs per delete request, 1 to 1000; a signal lets the request in flight finish")
