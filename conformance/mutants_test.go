@@ -43,6 +43,7 @@ func faultyStores(f faulty.Faults) func(t *testing.T) {
 		conformance.RunPruneTests(t, asStore)
 		conformance.RunThreadListerTests(t, asStore)
 		conformance.RunBlobReferenceWalkerTests(t, asStore)
+		conformance.RunBlobGCTests(t, asStore)
 		conformance.RunForkTests(t, newStore)
 	}
 }
@@ -65,6 +66,7 @@ func memoryWrapper(wrap func(*cairn.MemoryStore) cairn.Store) func(t *testing.T)
 		}
 		conformance.RunStoreTests(t, newStore)
 		conformance.RunPruneTests(t, newStore)
+		conformance.RunBlobGCTests(t, newStore)
 	}
 }
 
