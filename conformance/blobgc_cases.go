@@ -553,41 +553,54 @@ func gcInputCases() []storeCase {
 					return r
 				}
 				e.row(rowName(bad), func(e *env) {
-					e.gcFails("ClaimBlobs, invalid key last", cairn.ErrInvalidEntry, func() error {
-						_, err := e.claimer().ClaimBlobs(e.ctx, w, []string{k4, k1, bad})
-						return err
-					})
-					e.gcFails("ClaimBlobs, invalid key first", cairn.ErrInvalidEntry, func() error {
-						_, err := e.claimer().ClaimBlobs(e.ctx, w, []string{bad, k4})
-						return err
-					})
-					e.gcFails("WaitBlobs", cairn.ErrInvalidEntry, func() error {
-						ctx, cancel := context.WithTimeout(e.ctx, conflictBound)
-						defer cancel()
-						return e.claimer().WaitBlobs(ctx, []string{k2, bad})
-					})
-					e.gcFails("MarkBlobs", cairn.ErrInvalidEntry, func() error {
-						recs, err := e.collector().MarkBlobs(e.ctx, []string{k5, bad}, sinceB)
-						if err != nil && len(recs) != 0 {
-							e.t.Errorf("MarkBlobs returned records %s together with its error", showRecords(recs))
-						}
-						return err
-					})
-					e.gcFails("BeginBlobDeletes", cairn.ErrInvalidEntry, func() error {
-						moved, err := e.collector().BeginBlobDeletes(e.ctx, []cairn.GCRecord{cand, badRec(cand)})
-						if err != nil && len(moved) != 0 {
-							e.t.Errorf("BeginBlobDeletes returned records %s together with its error", showRecords(moved))
-						}
-						return err
-					})
-					for _, deleted := range []bool{true, false} {
-						e.gcFails("EndBlobDeletes", cairn.ErrInvalidEntry, func() error {
-							return e.collector().EndBlobDeletes(e.ctx, []cairn.GCRecord{del, badRec(del)}, deleted)
-						})
+					ops := []struct {
+						name string
+						op   func() error
+					}{
+						{"ClaimBlobs, invalid key last", func() error {
+							_, err := e.claimer().ClaimBlobs(e.ctx, w, []string{k4, k1, bad})
+							return err
+						}},
+						{"ClaimBlobs, invalid key first", func() error {
+							_, err := e.claimer().ClaimBlobs(e.ctx, w, []string{bad, k4})
+							return err
+						}},
+						{"WaitBlobs", func() error {
+							ctx, cancel := context.WithTimeout(e.ctx, conflictBound)
+							defer cancel()
+							return e.claimer().WaitBlobs(ctx, []string{k2, bad})
+						}},
+						{"MarkBlobs", func() error {
+							recs, err := e.collector().MarkBlobs(e.ctx, []string{k5, bad}, sinceB)
+							if err != nil && len(recs) != 0 {
+								e.t.Errorf("MarkBlobs returned records %s together with its error", showRecords(recs))
+							}
+							return err
+						}},
+						{"BeginBlobDeletes", func() error {
+							moved, err := e.collector().BeginBlobDeletes(e.ctx, []cairn.GCRecord{cand, badRec(cand)})
+							if err != nil && len(moved) != 0 {
+								e.t.Errorf("BeginBlobDeletes returned records %s together with its error", showRecords(moved))
+							}
+							return err
+						}},
+						{"EndBlobDeletes, deleted", func() error {
+							return e.collector().EndBlobDeletes(e.ctx, []cairn.GCRecord{del, badRec(del)}, true)
+						}},
+						{"EndBlobDeletes, not deleted", func() error {
+							return e.collector().EndBlobDeletes(e.ctx, []cairn.GCRecord{del, badRec(del)}, false)
+						}},
+						{"DropBlobRecords", func() error {
+							return e.collector().DropBlobRecords(e.ctx, []cairn.GCRecord{badRec(cand), cand})
+						}},
 					}
-					e.gcFails("DropBlobRecords", cairn.ErrInvalidEntry, func() error {
-						return e.collector().DropBlobRecords(e.ctx, []cairn.GCRecord{badRec(cand), cand})
-					})
+					// One comparison for all the calls keeps the case to a
+					// few hundred calls of the store.
+					before := e.gcState()
+					for _, o := range ops {
+						expectErr(e.t, o.name, o.op(), cairn.ErrInvalidEntry)
+					}
+					e.expectGCState("the calls with an invalid key", before, e.gcState())
 				})
 			}
 			e.expectRecords(cand, del)
