@@ -28,6 +28,7 @@ func TestMemoryStoreConformance(t *testing.T) {
 	conformance.RunPruneTests(t, newMemoryStore)
 	conformance.RunThreadListerTests(t, newMemoryStore)
 	conformance.RunBlobReferenceWalkerTests(t, newMemoryStore)
+	conformance.RunBlobGCTests(t, newMemoryStore)
 }
 
 func TestMemoryForkStoreConformance(t *testing.T) {
@@ -36,6 +37,7 @@ func TestMemoryForkStoreConformance(t *testing.T) {
 	conformance.RunPruneTests(t, asStore)
 	conformance.RunThreadListerTests(t, asStore)
 	conformance.RunBlobReferenceWalkerTests(t, asStore)
+	conformance.RunBlobGCTests(t, asStore)
 	conformance.RunForkTests(t, newMemoryForkStore)
 }
 

@@ -132,6 +132,38 @@ func RunBlobReferenceWalkerTests(t *testing.T, newStore StoreFactory) {
 	})
 }
 
+// RunBlobGCTests runs the suite of the online sweep protocol: the writer's
+// side, cairn.BlobClaimer (the check order of ClaimBlobs, claims tied to the
+// writer lease and ended by its next Append, keys in GCDeleting reported busy,
+// WaitBlobs), and the sweeper's, cairn.BlobCollector (GC records moved by
+// version compare-and-swap, versions never reused, ReadBlobGC as of one point
+// in time), together with key validation, context errors and a claim racing
+// a delete. The cases drive claims and leases through the store's own
+// AcquireWriter and Append, and the callback of ReadBlobGC calls the store.
+// It skips, with a message saying so, when the store does not implement both
+// cairn.BlobClaimer and cairn.BlobCollector.
+func RunBlobGCTests(t *testing.T, newStore StoreFactory) {
+	t.Helper()
+	t.Run("BlobGC", func(t *testing.T) {
+		for _, c := range blobGCCases() {
+			runCase(t, c.name, func(t *testing.T, ctx context.Context) {
+				e := newEnv(t, ctx, newStore)
+				_, claimer := e.s.(cairn.BlobClaimer)
+				_, collector := e.s.(cairn.BlobCollector)
+				switch {
+				case !claimer && !collector:
+					t.Skipf("%T implements neither cairn.BlobClaimer nor cairn.BlobCollector", e.s)
+				case !claimer:
+					t.Skipf("%T implements cairn.BlobCollector but not cairn.BlobClaimer", e.s)
+				case !collector:
+					t.Skipf("%T implements cairn.BlobClaimer but not cairn.BlobCollector", e.s)
+				}
+				c.run(e)
+			})
+		}
+	})
+}
+
 // RunInstanceStoreTests runs the instance-store suite: the cases IC-01 to IC-07
 // of the upstream catalogue, copies, the absence of validation and concurrent
 // upserts.

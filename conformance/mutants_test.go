@@ -43,6 +43,7 @@ func faultyStores(f faulty.Faults) func(t *testing.T) {
 		conformance.RunPruneTests(t, asStore)
 		conformance.RunThreadListerTests(t, asStore)
 		conformance.RunBlobReferenceWalkerTests(t, asStore)
+		conformance.RunBlobGCTests(t, asStore)
 		conformance.RunForkTests(t, newStore)
 	}
 }
@@ -65,6 +66,7 @@ func memoryWrapper(wrap func(*cairn.MemoryStore) cairn.Store) func(t *testing.T)
 		}
 		conformance.RunStoreTests(t, newStore)
 		conformance.RunPruneTests(t, newStore)
+		conformance.RunBlobGCTests(t, newStore)
 	}
 }
 
@@ -116,6 +118,24 @@ var mutants = []mutant{
 	// Optional capabilities.
 	{"ListThreadsWithLeases", faultyStores(faulty.Faults{ListThreadsWithLeases: true}), []string{"ThreadLister/OnlyThreadsWithCheckpoints"}, 0},
 	{"WalkSkipsLast", faultyStores(faulty.Faults{WalkSkipsLast: true}), []string{"BlobReferenceWalker/MatchesList"}, 0},
+	// Online sweep.
+	{"ClaimIgnoredByDelete", faultyStores(faulty.Faults{ClaimIgnoredByDelete: true}), []string{"BlobGC/Claim/EndsCandidacy"}, 0},
+	{"ClaimWithoutLease", faultyStores(faulty.Faults{ClaimWithoutLease: true}), []string{"BlobGC/Claim/Order/ExpiredWriter", "BlobGC/Claim/Order/ReleasedWriter"}, 0},
+	{"ClaimsOutliveLease", faultyStores(faulty.Faults{ClaimsOutliveLease: true}), []string{"BlobGC/ClaimsEnd/Release", "BlobGC/ClaimsEnd/Expiry"}, 0},
+	{"ClaimDeleting", faultyStores(faulty.Faults{ClaimDeleting: true}), []string{"BlobGC/Claim/DeletingIsBusy"}, 0},
+	{"ClaimLeaseBeforeKeys", faultyStores(faulty.Faults{ClaimLeaseBeforeKeys: true}), []string{"BlobGC/Claim/Order/InvalidKeyBeforeExpiredWriter"}, 0},
+	{"ClaimBeforeKeyCheck", faultyStores(faulty.Faults{ClaimBeforeKeyCheck: true}), []string{"BlobGC/InvalidKeys"}, 0},
+	{"AppendKeepsClaims", faultyStores(faulty.Faults{AppendKeepsClaims: true}), []string{"BlobGC/ClaimsEnd/Append"}, 0},
+	{"ReleaseEndsThreadClaims", faultyStores(faulty.Faults{ReleaseEndsThreadClaims: true}), []string{"BlobGC/ClaimsEnd/Takeover"}, 0},
+	{"MarkClaimed", faultyStores(faulty.Faults{MarkClaimed: true}), []string{"BlobGC/Claim/Live"}, 0},
+	{"MarkReplaces", faultyStores(faulty.Faults{MarkReplaces: true}), []string{"BlobGC/Mark/KeepsExistingRecord"}, 0},
+	{"BeginIgnoresVersion", faultyStores(faulty.Faults{BeginIgnoresVersion: true}), []string{"BlobGC/Begin/StaleVersion"}, 0},
+	{"BeginCheckThenAct", faultyStores(faulty.Faults{BeginCheckThenAct: true}), []string{"BlobGC/Concurrency/ClaimOrDelete"}, 0},
+	{"EndLosesSince", faultyStores(faulty.Faults{EndLosesSince: true}), []string{"BlobGC/End/NotDeleted"}, 0},
+	{"DropDeleting", faultyStores(faulty.Faults{DropDeleting: true}), []string{"BlobGC/Drop/StaleOrDeleting"}, 0},
+	{"VersionReused", faultyStores(faulty.Faults{VersionReused: true}), []string{"BlobGC/Version/NotReusedAfterRemoval"}, 0},
+	{"WaitReturnsAtOnce", faultyStores(faulty.Faults{WaitReturnsAtOnce: true}), []string{"BlobGC/Wait/BlocksUntilDeleted"}, 0},
+	{"ReadGCAfterWalk", faultyStores(faulty.Faults{ReadGCAfterWalk: true}), []string{"BlobGC/Read/OnePointInTime"}, 0},
 	// Instance stores.
 	{"InstanceMergeUpsert", faultyInstances(faulty.InstanceFaults{MergeUpsert: true}), []string{"InstanceStore/IC-04/UpsertReplacesWholeRecord"}, 0},
 	{"InstanceShareRecords", faultyInstances(faulty.InstanceFaults{ShareRecords: true}), []string{"InstanceStore/Copies"}, 0},
@@ -124,6 +144,7 @@ var mutants = []mutant{
 	// One fault layered on a reference store of package cairn.
 	{"MemoryStoreUTF16List", memoryWrapper(func(s *cairn.MemoryStore) cairn.Store { return faulty.UTF16List{MemoryStore: s} }), []string{"Store/List/UTF8NotUTF16"}, 0},
 	{"MemoryStoreHeadFirst", memoryWrapper(func(s *cairn.MemoryStore) cairn.Store { return faulty.HeadFirst{MemoryStore: s} }), []string{"Store/Append/Order/TakenOverWriterBeforeStaleHead"}, 0},
+	{"MemoryStoreImpatientWait", memoryWrapper(func(s *cairn.MemoryStore) cairn.Store { return faulty.ImpatientWait{MemoryStore: s} }), []string{"BlobGC/Wait/BlocksUntilDeleted"}, 0},
 	{"MemoryForkStoreForkLabel", func(t *testing.T) {
 		conformance.RunForkTests(t, func(t *testing.T, opts cairn.Options) conformance.ForkStore {
 			s, err := cairn.NewMemoryForkStore(opts)

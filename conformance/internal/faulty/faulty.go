@@ -83,10 +83,30 @@ type Faults struct {
 	// Optional capabilities.
 	ListThreadsWithLeases bool // threads with only a lease are listed
 	WalkSkipsLast         bool // the walk misses the last key
+
+	// Online sweep (BlobClaimer and BlobCollector).
+	ClaimIgnoredByDelete    bool // BeginBlobDeletes ignores live claims, and a claim leaves a candidate's record
+	ClaimWithoutLease       bool // ClaimBlobs accepts a lease that is not current
+	ClaimsOutliveLease      bool // claims stay live after Release, expiry and takeover, until the lease's next Append
+	ClaimDeleting           bool // ClaimBlobs claims a key in GCDeleting instead of reporting it busy
+	ClaimLeaseBeforeKeys    bool // ClaimBlobs checks the lease before the keys
+	ClaimBeforeKeyCheck     bool // ClaimBlobs claims the keys before an invalid one
+	AppendKeepsClaims       bool // a successful Append leaves the lease's claims
+	ReleaseEndsThreadClaims bool // Release ends the claims of every lease of the thread
+	MarkClaimed             bool // MarkBlobs marks keys with a live claim
+	MarkReplaces            bool // MarkBlobs replaces existing records
+	BeginIgnoresVersion     bool // BeginBlobDeletes moves a candidate whatever its version
+	BeginCheckThenAct       bool // BeginBlobDeletes checks and moves in two critical sections
+	EndLosesSince           bool // EndBlobDeletes(deleted=false) restarts Since at the store's now
+	DropDeleting            bool // DropBlobRecords removes records in GCDeleting too
+	VersionReused           bool // a key's versions restart when its record goes, so a new record repeats an old one's
+	WaitReturnsAtOnce       bool // WaitBlobs does not wait
+	ReadGCAfterWalk         bool // ReadBlobGC reads claims and records after it walked the references
 }
 
 // Store is the faulty store. It implements cairn.Store, cairn.Pruner,
-// cairn.Forker, cairn.ThreadLister and cairn.BlobReferenceWalker.
+// cairn.Forker, cairn.ThreadLister, cairn.BlobReferenceWalker,
+// cairn.BlobClaimer and cairn.BlobCollector.
 type Store struct {
 	f    Faults
 	opts cairn.Options
@@ -99,6 +119,7 @@ type Store struct {
 	refs        map[string]int
 	transcripts map[string]json.RawMessage
 	leased      map[string]bool // threads that ever had a lease
+	gc          gcState         // claims and GC records of the online sweep
 }
 
 // New returns an empty store with the given faults.
@@ -116,6 +137,7 @@ func New(opts cairn.Options, f Faults) (*Store, error) {
 		refs:        map[string]int{},
 		transcripts: map[string]json.RawMessage{},
 		leased:      map[string]bool{},
+		gc:          newGCState(),
 	}, nil
 }
 
@@ -439,6 +461,9 @@ func (s *Store) Append(ctx context.Context, in cairn.AppendInput) (cairn.AppendR
 		s.uncount(old)
 	}
 	s.insert(c)
+	if !s.f.AppendKeepsClaims {
+		s.endClaims(in.Writer)
+	}
 	return cairn.AppendResult{HeadID: c.ID}, nil
 }
 
@@ -590,6 +615,7 @@ func (l *lease) Release(context.Context) {
 			delete(s.fences, l.w.ThreadID)
 		}
 	}
+	s.releaseClaims(l.w)
 }
 
 // ListBlobReferences implements cairn.Store.
@@ -599,11 +625,16 @@ func (s *Store) ListBlobReferences(ctx context.Context) ([]cairn.BlobReference, 
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.references(), nil
+}
+
+// references lists the reference counts. s.mu is held.
+func (s *Store) references() []cairn.BlobReference {
 	out := []cairn.BlobReference{}
 	for _, k := range slices.Sorted(maps.Keys(s.refs)) {
 		out = append(out, cairn.BlobReference{Key: k, References: s.refs[k]})
 	}
-	return out, nil
+	return out
 }
 
 // WalkBlobReferences implements cairn.BlobReferenceWalker.
