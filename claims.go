@@ -54,8 +54,11 @@ type GCRecord struct {
 	// in milliseconds since the Unix epoch by the sweeper's clock. A claim
 	// ends the record, so the time restarts after every use.
 	Since float64 `json:"since"`
-	// Version changes with every transition of the record; the transitions
-	// compare it. Its values are the store's own.
+	// Version changes with every transition of the record and is never
+	// given again to the same key, also after the record was removed and the
+	// key marked anew (an etcd store uses the mod revision, not etcd's
+	// per-key version, which restarts); the transitions compare it. Its
+	// values are the store's own.
 	Version int64 `json:"version"`
 }
 
@@ -70,13 +73,13 @@ type BlobGCView struct {
 }
 
 // IsClaimed reports whether key is in v.Claimed.
-func (v *BlobGCView) IsClaimed(key string) bool {
+func (v BlobGCView) IsClaimed(key string) bool {
 	_, ok := slices.BinarySearch(v.Claimed, key)
 	return ok
 }
 
 // Record returns the record of key, if any.
-func (v *BlobGCView) Record(key string) (GCRecord, bool) {
+func (v BlobGCView) Record(key string) (GCRecord, bool) {
 	i, ok := slices.BinarySearchFunc(v.Records, key, func(r GCRecord, k string) int { return strings.Compare(r.Key, k) })
 	if !ok {
 		return GCRecord{}, false
@@ -120,7 +123,8 @@ type BlobCollector interface {
 	ReadBlobGC(ctx context.Context, fn func(BlobReference) error) (BlobGCView, error)
 	// MarkBlobs creates a GCCandidate record with the given Since for each key
 	// that has neither a record nor a live claim, and returns the records it
-	// created, sorted by key.
+	// created, sorted by key. It returns ErrInvalidEntry for a Since that is
+	// not finite.
 	MarkBlobs(ctx context.Context, keys []string, since float64) ([]GCRecord, error)
 	// BeginBlobDeletes moves each record that is still a GCCandidate of the
 	// same version, and whose key has no live claim, to GCDeleting, and
@@ -157,6 +161,15 @@ func CheckClaimInput(w Writer, keys []string) error {
 		return err
 	}
 	return CheckBlobKeys(keys)
+}
+
+// CheckMarkInput runs the checks of MarkBlobs that need no store state: the
+// keys, then a finite since (ErrInvalidEntry).
+func CheckMarkInput(keys []string, since float64) error {
+	if err := CheckBlobKeys(keys); err != nil {
+		return err
+	}
+	return ValidateCreatedAt(since, "GC record since")
 }
 
 // CheckGCRecords returns ErrInvalidEntry for the first record whose key is not

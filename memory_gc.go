@@ -165,7 +165,7 @@ func (m *MemoryStore) ReadBlobGC(ctx context.Context, fn func(BlobReference) err
 
 // MarkBlobs implements BlobCollector.
 func (m *MemoryStore) MarkBlobs(ctx context.Context, keys []string, since float64) ([]GCRecord, error) {
-	if err := CheckBlobKeys(keys); err != nil {
+	if err := CheckMarkInput(keys, since); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
