@@ -133,13 +133,16 @@ func (s *sweeper) abort(ctx context.Context, what string, err error) error {
 }
 
 // readGC reads references, claims and records, flags the listed keys that are
-// referenced, and counts them in the report.
+// referenced, and counts the old enough ones in the report (young keys are
+// counted as Young already, as in the plain sweep).
 func (s *sweeper) readGC(ctx context.Context, cands []candidate) (cairn.BlobGCView, error) {
 	view, err := s.col.ReadBlobGC(ctx, func(r cairn.BlobReference) error {
 		s.rep.References++
 		if c := find(cands, r.Key); c != nil && !c.referenced {
 			c.referenced = true
-			s.rep.Referenced++
+			if !c.young {
+				s.rep.Referenced++
+			}
 		}
 		return nil
 	})
