@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -582,5 +583,115 @@ func checkOnlineReport(t *testing.T, rep sweep.Report) {
 		if f.Err == nil {
 			t.Errorf("failed key %q without a reason", f.Key)
 		}
+	}
+}
+
+// TestOnlineDryRun checks that an online dry run writes nothing, neither GC
+// records nor deletes, and reports exactly what the real run on the same
+// state then deletes, with every kind of key and record present.
+func TestOnlineDryRun(t *testing.T) {
+	const hour = time.Hour
+	e := sorted(fk("e0"), ak("e1"), fk("e2"), ak("e3"))
+	d, wk, n, y, r, g, c := fk("deleting"), fk("waiting"), fk("new"), fk("young"), fk("referenced"), ak("gone"), ak("claimed")
+	z := ak("this-instant")
+	for _, olderThan := range []time.Duration{hour, 0} {
+		t.Run(fmt.Sprint("OlderThan=", olderThan), func(t *testing.T) {
+			w := newOnlineWorld(t)
+			sweepOnce := func(opts sweep.Options) {
+				t.Helper()
+				opts.OlderThan, opts.Now = hour, w.clock.Now
+				if _, err := sweep.Sweep(t.Context(), w.store, w.blobs, opts); err != nil && !errors.Is(err, sweep.ErrStopped) {
+					t.Fatal(err)
+				}
+			}
+			// d: marked, then left deleting by a failed request.
+			w.put(t, d, 3*hour)
+			sweepOnce(sweep.Options{})
+			w.clock.Advance(2 * hour)
+			for _, k := range append([]string{g, r}, e...) {
+				w.put(t, k, 3*hour)
+			}
+			w.blobs.requestFailsOn = len(w.blobs.deletes) + 1
+			sweepOnce(sweep.Options{})
+			// wk: marked half an hour before the dry run; nothing deleted.
+			w.clock.Advance(90 * time.Minute)
+			w.put(t, wk, 3*hour)
+			sweepOnce(sweep.Options{BeforeDelete: func(context.Context, []string) error { return errInjected }})
+			w.clock.Advance(30 * time.Minute)
+			// n: never seen; y: young; z: uploaded at the run's instant, young
+			// even with OlderThan 0; r: referenced since its mark; g: gone
+			// from the bucket since its mark; c: claimed.
+			w.put(t, n, 3*hour)
+			w.put(t, y, time.Minute)
+			w.put(t, z, 0)
+			w.put(t, c, 3*hour)
+			w.reference(t, "keep", r)
+			w.claim(t, "writer", c)
+			if _, err := w.blobs.Memory.Delete(t.Context(), []string{g}); err != nil {
+				t.Fatal(err)
+			}
+			if recs := w.records(t); recs[d].State != cairn.GCDeleting || recs[wk].State != cairn.GCCandidate || len(recs) != 8 {
+				t.Fatalf("the state is not set up: records %v", recs)
+			}
+
+			run := func(dry bool) (sweep.Report, [][]string) {
+				t.Helper()
+				var batches [][]string
+				rep, err := sweep.Sweep(t.Context(), w.store, w.blobs, sweep.Options{
+					OlderThan: olderThan, Now: w.clock.Now, DryRun: dry, BatchSize: 2, MaxDeletes: 4,
+					BeforeDelete: func(_ context.Context, batch []string) error {
+						batches = append(batches, slices.Clone(batch))
+						return nil
+					},
+				})
+				if err != nil {
+					t.Fatalf("Sweep(dry run %t): %v", dry, err)
+				}
+				checkOnlineReport(t, rep)
+				return rep, batches
+			}
+			recs, keys, deletes := w.records(t), memKeys(t, w.blobs.Memory), len(w.blobs.deletes)
+			dry, dryBatches := run(true)
+			if got := w.records(t); !maps.Equal(got, recs) {
+				t.Errorf("the dry run changed the GC records:\n%v\nwere\n%v", got, recs)
+			}
+			if got := memKeys(t, w.blobs.Memory); !slices.Equal(got, keys) || len(w.blobs.deletes) != deletes {
+				t.Errorf("the dry run sent %d deletes and left %v; want none and %v", len(w.blobs.deletes)-deletes, got, keys)
+			}
+			if !dry.DryRun || dry.Marked != 0 || dry.Dropped != 0 {
+				t.Errorf("dry run: DryRun %t, %d marked, %d dropped; want true and nothing written", dry.DryRun, dry.Marked, dry.Dropped)
+			}
+
+			wet, wetBatches := run(false)
+			if len(wet.Deleted) != 4 || len(wet.Skipped) == 0 || wet.Unsettled != 1 || wet.Claimed != 1 || wet.Dropped != 2 {
+				t.Errorf("the real run deleted %v, skipped %v, %d unsettled, %d claimed, %d dropped; want 4 deleted, some skipped, 1, 1, 2",
+					wet.Deleted, wet.Skipped, wet.Unsettled, wet.Claimed, wet.Dropped)
+			}
+			same := []struct {
+				name     string
+				dry, wet any
+			}{
+				{"Deleted", dry.Deleted, wet.Deleted},
+				{"Skipped", dry.Skipped, wet.Skipped},
+				{"Pending", dry.Pending, wet.Pending},
+				{"Aborted", dry.Aborted, wet.Aborted},
+				{"Failed", len(dry.Failed), len(wet.Failed)},
+				{"Candidates", dry.Candidates, wet.Candidates},
+				{"Batches", dry.Batches, wet.Batches},
+				{"BytesFreed", dry.BytesFreed, wet.BytesFreed},
+				{"Listed", dry.Listed, wet.Listed},
+				{"Young", dry.Young, wet.Young},
+				{"Referenced", dry.Referenced, wet.Referenced},
+				{"Claimed", dry.Claimed, wet.Claimed},
+				{"Waiting", dry.Waiting, wet.Waiting},
+				{"Unsettled", dry.Unsettled, wet.Unsettled},
+				{"BeforeDelete batches", fmt.Sprint(dryBatches), fmt.Sprint(wetBatches)},
+			}
+			for _, s := range same {
+				if fmt.Sprint(s.dry) != fmt.Sprint(s.wet) {
+					t.Errorf("%s: dry run %v, real run %v", s.name, s.dry, s.wet)
+				}
+			}
+		})
 	}
 }
