@@ -240,12 +240,9 @@ func (s *sweeper) deleteOnline(ctx context.Context, targets []target) error {
 	rep := s.rep
 	rep.Candidates = len(targets)
 	if s.opts.MaxDeletes > 0 && len(targets) > s.opts.MaxDeletes {
-		for _, t := range targets[s.opts.MaxDeletes:] {
-			rep.Skipped = append(rep.Skipped, t.rec.Key)
-		}
+		targets = s.capDeletes(targets)
 		s.log.WarnContext(ctx, "more candidates than MaxDeletes; the rest are skipped", "phase", "delete",
-			"candidates", len(targets), "max_deletes", s.opts.MaxDeletes, "skipped", len(rep.Skipped))
-		targets = targets[:s.opts.MaxDeletes]
+			"candidates", rep.Candidates, "max_deletes", s.opts.MaxDeletes, "skipped", len(rep.Skipped))
 	}
 	pending := func(ts []target) {
 		for _, t := range ts {
@@ -292,6 +289,32 @@ func (s *sweeper) deleteOnline(ctx context.Context, targets []target) error {
 		return errors.Join(stopErr, incomplete)
 	}
 	return stopErr
+}
+
+// capDeletes keeps MaxDeletes of the targets, in key order, and reports the
+// others as Skipped. The keys that earlier runs left in GCDeleting are kept
+// first: writers wait for those until a run settles them, so a cap must not
+// put them off behind candidates that block no one.
+func (s *sweeper) capDeletes(targets []target) []target {
+	keep := make([]bool, len(targets))
+	n := 0
+	for _, unsettled := range []bool{true, false} {
+		for i, t := range targets {
+			if n < s.opts.MaxDeletes && !keep[i] && (t.rec.State == cairn.GCDeleting) == unsettled {
+				keep[i] = true
+				n++
+			}
+		}
+	}
+	kept := make([]target, 0, n)
+	for i, t := range targets {
+		if keep[i] {
+			kept = append(kept, t)
+		} else {
+			s.rep.Skipped = append(s.rep.Skipped, t.rec.Key)
+		}
+	}
+	return kept
 }
 
 // deleteBatch moves the batch's candidates to GCDeleting, deletes the bytes

@@ -50,8 +50,9 @@ type Options struct {
 	// requests, and reports the keys it would delete as Deleted.
 	DryRun bool
 	// MaxDeletes caps the keys deleted in one run; candidates past the cap,
-	// in key order, are reported as Skipped. Zero means no cap; it must not
-	// be negative.
+	// in key order, are reported as Skipped. Online, the keys that earlier
+	// runs left in the deleting state come within the cap first, since
+	// writers wait for them. Zero means no cap; it must not be negative.
 	MaxDeletes int
 	// BatchSize is the number of keys per delete request, 1 to
 	// bucket.MaxDeleteKeys. Zero selects bucket.MaxDeleteKeys.
