@@ -366,6 +366,27 @@ func TestOnlineSweep(t *testing.T) {
 			},
 		},
 		{
+			// A key an earlier run left deleting goes before the candidates
+			// when MaxDeletes cuts: writers wait for it until a run settles
+			// it, whatever its place in key order.
+			name:  "MaxDeletesSettlesUnsettledKeysFirst",
+			setup: putAll(four[3:], 3*hour),
+			runs: []onlineRun{
+				{want: onlineWant{marked: 1, candidates: four[3:]}},
+				{advance: 2 * hour, before: func(_ *testing.T, w *onlineWorld) { w.blobs.requestFailsOn = len(w.blobs.deletes) + 1 },
+					want: onlineWant{pending: four[3:], deleting: four[3:], errs: []error{sweep.ErrStopped, errInjected}}},
+				{before: putAll(four[:3], 3*hour),
+					opts: func(*testing.T, *onlineWorld) sweep.Options {
+						return sweep.Options{OlderThan: hour, BeforeDelete: func(context.Context, []string) error { return hookErr }}
+					},
+					want: onlineWant{marked: 3, unsettled: 1, pending: four[3:], deleting: four[3:], candidates: four[:3], errs: []error{sweep.ErrStopped, hookErr}}},
+				{advance: 2 * hour, opts: func(*testing.T, *onlineWorld) sweep.Options { return sweep.Options{OlderThan: hour, MaxDeletes: 1} },
+					want: onlineWant{unsettled: 1, deleted: four[3:], skipped: four[:3], candidates: four[:3]}},
+				{opts: func(*testing.T, *onlineWorld) sweep.Options { return sweep.Options{OlderThan: hour, MaxDeletes: 2} },
+					want: onlineWant{deleted: four[:2], skipped: four[2:3], candidates: four[2:3]}},
+			},
+		},
+		{
 			name:  "BeforeDeleteVetoesTheFirstBatch",
 			setup: putAll(four, 3*hour),
 			runs: []onlineRun{
