@@ -13,8 +13,10 @@ import (
 	"github.com/cairnstore/cairn/sweep"
 )
 
-// ExampleSweep sweeps an in-memory bucket: the old unreferenced blob goes, the
-// referenced one, the young one and the key outside the blob prefixes stay.
+// ExampleSweep sweeps an in-memory bucket beside a memory store, which runs
+// the online sweep protocol: the first run marks the old unreferenced blob,
+// and a run OlderThan later deletes it. The referenced blob, the young one and
+// the key outside the blob prefixes stay.
 func ExampleSweep() {
 	ctx := context.Background()
 	now := time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
@@ -26,8 +28,6 @@ func ExampleSweep() {
 		_, _ = blobs.PutIfAbsent(ctx, bucket.FileKey([]byte(data)), []byte(data))
 	}
 	_, _ = blobs.PutIfAbsent(ctx, "backups/old", []byte("not a blob"))
-	uploadedAt = now.Add(-time.Minute)
-	_, _ = blobs.PutIfAbsent(ctx, bucket.FileKey([]byte("young")), []byte("young"))
 
 	lease, _ := store.AcquireWriter(ctx, "thread")
 	_, _ = store.Append(ctx, cairn.AppendInput{Writer: lease.Writer, Checkpoint: cairn.Checkpoint{
@@ -36,16 +36,27 @@ func ExampleSweep() {
 	}})
 	lease.Release(ctx)
 
-	rep, err := sweep.Sweep(ctx, store, blobs, sweep.Options{
-		OlderThan: 24 * time.Hour,
-		Now:       func() time.Time { return now },
-	})
+	opts := sweep.Options{OlderThan: 24 * time.Hour, Now: func() time.Time { return now }}
+	rep, err := sweep.Sweep(ctx, store, blobs, opts)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println(rep.Deleted[0] == bucket.FileKey([]byte("unused")), len(rep.Deleted), blobs.Len())
-	// Output: true 1 3
+	fmt.Println("run 1: marked", rep.Marked, "deleted", len(rep.Deleted))
+
+	// A day later, with a blob uploaded a minute before the second run.
+	now = now.Add(24 * time.Hour)
+	uploadedAt = now.Add(-time.Minute)
+	_, _ = blobs.PutIfAbsent(ctx, bucket.FileKey([]byte("young")), []byte("young"))
+	rep, err = sweep.Sweep(ctx, store, blobs, opts)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("run 2: deleted", len(rep.Deleted), rep.Deleted[0] == bucket.FileKey([]byte("unused")), "left", blobs.Len())
+	// Output:
+	// run 1: marked 1 deleted 0
+	// run 2: deleted 1 true left 3
 }
 
 // Example_sidecar shows how a sweeper process wires the pieces: flags into a

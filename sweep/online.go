@@ -133,13 +133,16 @@ func (s *sweeper) abort(ctx context.Context, what string, err error) error {
 }
 
 // readGC reads references, claims and records, flags the listed keys that are
-// referenced, and counts them in the report.
+// referenced, and counts the old enough ones in the report (young keys are
+// counted as Young already, as in the plain sweep).
 func (s *sweeper) readGC(ctx context.Context, cands []candidate) (cairn.BlobGCView, error) {
 	view, err := s.col.ReadBlobGC(ctx, func(r cairn.BlobReference) error {
 		s.rep.References++
 		if c := find(cands, r.Key); c != nil && !c.referenced {
 			c.referenced = true
-			s.rep.Referenced++
+			if !c.young {
+				s.rep.Referenced++
+			}
 		}
 		return nil
 	})
@@ -237,12 +240,9 @@ func (s *sweeper) deleteOnline(ctx context.Context, targets []target) error {
 	rep := s.rep
 	rep.Candidates = len(targets)
 	if s.opts.MaxDeletes > 0 && len(targets) > s.opts.MaxDeletes {
-		for _, t := range targets[s.opts.MaxDeletes:] {
-			rep.Skipped = append(rep.Skipped, t.rec.Key)
-		}
+		targets = s.capDeletes(targets)
 		s.log.WarnContext(ctx, "more candidates than MaxDeletes; the rest are skipped", "phase", "delete",
-			"candidates", len(targets), "max_deletes", s.opts.MaxDeletes, "skipped", len(rep.Skipped))
-		targets = targets[:s.opts.MaxDeletes]
+			"candidates", rep.Candidates, "max_deletes", s.opts.MaxDeletes, "skipped", len(rep.Skipped))
 	}
 	pending := func(ts []target) {
 		for _, t := range ts {
@@ -289,6 +289,32 @@ func (s *sweeper) deleteOnline(ctx context.Context, targets []target) error {
 		return errors.Join(stopErr, incomplete)
 	}
 	return stopErr
+}
+
+// capDeletes keeps MaxDeletes of the targets, in key order, and reports the
+// others as Skipped. The keys that earlier runs left in GCDeleting are kept
+// first: writers wait for those until a run settles them, so a cap must not
+// put them off behind candidates that block no one.
+func (s *sweeper) capDeletes(targets []target) []target {
+	keep := make([]bool, len(targets))
+	n := 0
+	for _, unsettled := range []bool{true, false} {
+		for i, t := range targets {
+			if n < s.opts.MaxDeletes && !keep[i] && (t.rec.State == cairn.GCDeleting) == unsettled {
+				keep[i] = true
+				n++
+			}
+		}
+	}
+	kept := make([]target, 0, n)
+	for i, t := range targets {
+		if keep[i] {
+			kept = append(kept, t)
+		} else {
+			s.rep.Skipped = append(s.rep.Skipped, t.rec.Key)
+		}
+	}
+	return kept
 }
 
 // deleteBatch moves the batch's candidates to GCDeleting, deletes the bytes

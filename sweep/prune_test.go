@@ -14,8 +14,9 @@ import (
 	"github.com/cairnstore/cairn/sweep"
 )
 
-// capturer appends checkpoints to a store the way a capture does: it uploads
-// the blobs first, then appends a checkpoint that references them.
+// capturer appends checkpoints to a store the way a capture does: it takes
+// the thread's writer lease, uploads the blobs under claims (bucket.UploadBlobs),
+// then appends a checkpoint that references them.
 type capturer struct {
 	store *cairn.MemoryStore
 	blobs bucket.Bucket
@@ -39,14 +40,14 @@ func (c *capturer) capture(t *testing.T, thread string, files, artifacts []strin
 		blobs = append(blobs, b)
 		cp.Artifacts = append(cp.Artifacts, cairn.Artifact{ArtifactID: fmt.Sprint("a", i), Name: "a", MimeType: "text/plain", Size: int64(len(a)), BlobKey: b.Key})
 	}
-	if _, err := bucket.PutBlobs(ctx, c.blobs, blobs); err != nil {
-		t.Fatal(err)
-	}
 	lease, err := c.store.AcquireWriter(ctx, thread)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer lease.Release(context.WithoutCancel(ctx))
+	if _, err := bucket.UploadBlobs(ctx, c.store, lease.Writer, c.blobs, blobs); err != nil {
+		t.Fatal(err)
+	}
 	head, err := c.store.GetHead(ctx, thread)
 	if err != nil {
 		t.Fatal(err)
@@ -70,9 +71,33 @@ func newStore(t *testing.T) *cairn.MemoryStore {
 	return s
 }
 
-// TestRun checks the user's order on a memory store: keep the newest
-// checkpoint of every thread, skip a thread another writer holds, then sweep
-// the blobs only the removed checkpoints used, and keep the rest.
+// gcRecords returns the store's GC records.
+func gcRecords(t *testing.T, c cairn.BlobCollector) []cairn.GCRecord {
+	t.Helper()
+	view, err := c.ReadBlobGC(t.Context(), func(cairn.BlobReference) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return view.Records
+}
+
+// recordKeys returns the keys of records in the given state.
+func recordKeys(recs []cairn.GCRecord, state cairn.GCState) []string {
+	var out []string
+	for _, r := range recs {
+		if r.State == state {
+			out = append(out, r.Key)
+		}
+	}
+	return out
+}
+
+// TestRun checks the user's order on a memory store, which runs the online
+// protocol: keep the newest checkpoint of every thread, skip a thread another
+// writer holds, then sweep the blobs only the removed checkpoints used, and
+// keep the rest. A run marks the blobs it first finds unused and a run at
+// least OlderThan later deletes them. A dry run before each real run changes
+// nothing and reports what the real run then deletes.
 func TestRun(t *testing.T) {
 	for _, dry := range []bool{false, true} {
 		t.Run(fmt.Sprintf("DryRun=%t", dry), func(t *testing.T) {
@@ -95,64 +120,103 @@ func TestRun(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer busy.Release(context.WithoutCancel(ctx))
-			// thread-d: two checkpoints whose blobs are recent.
-			clock = now.Add(-time.Minute)
-			c.capture(t, "thread-d", []string{"d1"}, nil)
-			c.capture(t, "thread-d", []string{"d2"}, nil)
 			// An orphan: uploaded long ago, never referenced.
-			clock = now.Add(-48 * time.Hour)
 			if _, err := mem.PutIfAbsent(ctx, bucket.FileKey([]byte("orphan")), []byte("orphan")); err != nil {
 				t.Fatal(err)
 			}
-			before := memKeys(t, mem)
-
-			rep, err := sweep.Run(ctx, store, mem, sweep.RunOptions{Keep: 1, ThreadPageSize: 2,
-				Sweep: sweep.Options{OlderThan: time.Hour, Now: func() time.Time { return now }, DryRun: dry}})
-			if err != nil {
-				t.Fatalf("Run: %v", err)
+			run := func(at time.Time, dry bool) sweep.RunReport {
+				t.Helper()
+				rep, err := sweep.Run(ctx, store, mem, sweep.RunOptions{Keep: 1, ThreadPageSize: 2,
+					Sweep: sweep.Options{OlderThan: time.Hour, Now: func() time.Time { return at }, DryRun: dry}})
+				if err != nil {
+					t.Fatalf("Run(at %v, dry run %t): %v", at, dry, err)
+				}
+				if !rep.Sweep.Online || rep.Prune.DryRun != dry || rep.Sweep.DryRun != dry {
+					t.Errorf("Run(at %v, dry run %t) report %+v; want the online protocol and the dry-run flags", at, dry, rep)
+				}
+				return rep
 			}
-			wantPruned := []sweep.ThreadPruned{{ThreadID: "thread-a", Removed: 2}, {ThreadID: "thread-d", Removed: 1}}
-			wantBusy := []string{"thread-c"}
+			checkPrune := func(rep sweep.PruneReport, threads int, want []sweep.ThreadPruned, wantBusy []string) {
+				t.Helper()
+				removed := 0
+				for _, p := range want {
+					removed += p.Removed
+				}
+				if !slices.Equal(rep.Pruned, want) || rep.Removed != removed || rep.Threads != threads || !slices.Equal(rep.Busy, wantBusy) {
+					t.Errorf("prune report = %+v; want pruned %v, %d removed, %d threads, busy %v", rep, want, removed, threads, wantBusy)
+				}
+			}
+			// unchanged runs a dry run and checks that it changed nothing.
+			unchanged := func(at time.Time) sweep.RunReport {
+				t.Helper()
+				keys, recs := memKeys(t, mem), gcRecords(t, store)
+				listA, _ := store.List(ctx, "thread-a")
+				rep := run(at, true)
+				if got := memKeys(t, mem); !slices.Equal(got, keys) {
+					t.Errorf("a dry run changed the bucket: %v, was %v", got, keys)
+				}
+				if got := gcRecords(t, store); !slices.Equal(got, recs) {
+					t.Errorf("a dry run changed the GC records: %v, were %v", got, recs)
+				}
+				if got, _ := store.List(ctx, "thread-a"); len(got) != len(listA) {
+					t.Errorf("a dry run removed checkpoints: thread-a has %d, had %d", len(got), len(listA))
+				}
+				if rep.Sweep.Marked != 0 || rep.Sweep.Dropped != 0 {
+					t.Errorf("a dry run reports %d marked, %d dropped; want none", rep.Sweep.Marked, rep.Sweep.Dropped)
+				}
+				return rep
+			}
+
+			// Run 1: thread-a loses two checkpoints; a2 and art-a1 were used
+			// only by those, a1 is still used by thread-b. They and the orphan
+			// are marked, and nothing is deleted yet.
+			wantMarked := sorted(bucket.FileKey([]byte("a2")), bucket.ArtifactKey([]byte("art-a1")), bucket.FileKey([]byte("orphan")))
 			if dry {
 				// A dry run takes no lease, so it cannot see that thread-c is
 				// busy and counts what a prune would remove there.
-				wantPruned = slices.Insert(wantPruned, 1, sweep.ThreadPruned{ThreadID: "thread-c", Removed: 1})
-				wantBusy = nil
+				rep := unchanged(now)
+				checkPrune(rep.Prune, 3, []sweep.ThreadPruned{{ThreadID: "thread-a", Removed: 2}, {ThreadID: "thread-c", Removed: 1}}, nil)
+				if len(rep.Sweep.Deleted) != 0 {
+					t.Errorf("dry run 1 would delete %v; want nothing before a mark", rep.Sweep.Deleted)
+				}
 			}
-			removed := 0
-			for _, p := range wantPruned {
-				removed += p.Removed
+			rep1 := run(now, false)
+			checkPrune(rep1.Prune, 3, []sweep.ThreadPruned{{ThreadID: "thread-a", Removed: 2}}, []string{"thread-c"})
+			if len(rep1.Sweep.Deleted) != 0 || rep1.Sweep.Marked != len(wantMarked) {
+				t.Errorf("run 1 deleted %v and marked %d; want nothing deleted and %d marked", rep1.Sweep.Deleted, rep1.Sweep.Marked, len(wantMarked))
 			}
-			if !slices.Equal(rep.Prune.Pruned, wantPruned) || rep.Prune.Removed != removed || rep.Prune.Threads != 4 ||
-				!slices.Equal(rep.Prune.Busy, wantBusy) || rep.Prune.DryRun != dry {
-				t.Errorf("prune report = %+v; want pruned %v, %d removed, 4 threads, busy %v", rep.Prune, wantPruned, removed, wantBusy)
+			if got := recordKeys(gcRecords(t, store), cairn.GCCandidate); !slices.Equal(got, wantMarked) {
+				t.Errorf("candidates after run 1 = %v; want %v", got, wantMarked)
 			}
-			// a2 and art-a1 were used only by pruned checkpoints of thread-a;
-			// a1 is still used by thread-b; d1 is too young.
-			var wantDeleted []string
-			if !dry {
-				wantDeleted = sorted(bucket.FileKey([]byte("a2")), bucket.ArtifactKey([]byte("art-a1")), bucket.FileKey([]byte("orphan")))
-			} else {
-				// A dry run removes no checkpoint, so only the orphan is unreferenced.
-				wantDeleted = []string{bucket.FileKey([]byte("orphan"))}
+
+			// thread-d: two checkpoints of recent blobs, just before run 2.
+			clock = now.Add(time.Hour - time.Minute)
+			c.capture(t, "thread-d", []string{"d1"}, nil)
+			c.capture(t, "thread-d", []string{"d2"}, nil)
+
+			// Run 2, OlderThan after run 1: the marked blobs go; thread-d
+			// loses d1's checkpoint, but d1 is too young and is only marked.
+			wantDeleted := wantMarked
+			if dry {
+				rep := unchanged(now.Add(time.Hour))
+				checkPrune(rep.Prune, 4, []sweep.ThreadPruned{{ThreadID: "thread-c", Removed: 1}, {ThreadID: "thread-d", Removed: 1}}, nil)
+				if !slices.Equal(rep.Sweep.Deleted, wantDeleted) {
+					t.Errorf("dry run 2 would delete %v; want %v", rep.Sweep.Deleted, wantDeleted)
+				}
 			}
-			if !slices.Equal(rep.Sweep.Deleted, wantDeleted) {
-				t.Errorf("swept %v; want %v", rep.Sweep.Deleted, wantDeleted)
+			rep2 := run(now.Add(time.Hour), false)
+			checkPrune(rep2.Prune, 4, []sweep.ThreadPruned{{ThreadID: "thread-d", Removed: 1}}, []string{"thread-c"})
+			if !slices.Equal(rep2.Sweep.Deleted, wantDeleted) || rep2.Sweep.Marked != 1 {
+				t.Errorf("run 2 deleted %v and marked %d; want %v and d1 marked", rep2.Sweep.Deleted, rep2.Sweep.Marked, wantDeleted)
 			}
 			left := memKeys(t, mem)
-			if dry {
-				if !slices.Equal(left, before) {
-					t.Errorf("a dry run changed the bucket: %v, was %v", left, before)
-				}
-				if got, _ := store.List(ctx, "thread-a"); len(got) != 3 {
-					t.Errorf("a dry run removed checkpoints: thread-a has %d", len(got))
-				}
-				return
-			}
 			for _, k := range wantDeleted {
 				if slices.Contains(left, k) {
 					t.Errorf("%s is still in the bucket", k)
 				}
+			}
+			if !slices.Contains(left, bucket.FileKey([]byte("d1"))) {
+				t.Error("the young d1 was deleted")
 			}
 			// Every blob a remaining checkpoint references is still there.
 			refs, err := store.ListBlobReferences(ctx)

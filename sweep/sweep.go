@@ -50,8 +50,9 @@ type Options struct {
 	// requests, and reports the keys it would delete as Deleted.
 	DryRun bool
 	// MaxDeletes caps the keys deleted in one run; candidates past the cap,
-	// in key order, are reported as Skipped. Zero means no cap; it must not
-	// be negative.
+	// in key order, are reported as Skipped. Online, the keys that earlier
+	// runs left in the deleting state come within the cap first, since
+	// writers wait for them. Zero means no cap; it must not be negative.
 	MaxDeletes int
 	// BatchSize is the number of keys per delete request, 1 to
 	// bucket.MaxDeleteKeys. Zero selects bucket.MaxDeleteKeys.
@@ -88,7 +89,8 @@ var (
 )
 
 // Report tells what a sweep did. The key lists are in key order. Every
-// candidate is in exactly one of Deleted, Failed, Pending and Skipped.
+// candidate is in exactly one of Deleted, Failed, Pending, Skipped and (online)
+// Aborted.
 type Report struct {
 	// DryRun says the sweep sent no delete request; Deleted and BytesFreed
 	// then describe what it would have deleted.
@@ -110,7 +112,9 @@ type Report struct {
 	// Referenced is the number of old-enough keys kept because a checkpoint
 	// references them.
 	Referenced int `json:"referenced"`
-	// Candidates is the number of old-enough, unreferenced keys.
+	// Candidates is the number of keys the sweep set out to delete: the
+	// old-enough, unreferenced keys; online, the candidates whose grace has
+	// passed and the keys earlier runs left in the deleting state.
 	Candidates int `json:"candidates"`
 
 	// Deleted are the keys the bucket confirmed deleted.
@@ -120,7 +124,9 @@ type Report struct {
 	// Failed are the keys whose delete the bucket refused or did not
 	// confirm, with the reason.
 	Failed []bucket.KeyError `json:"failed"`
-	// Pending are candidates never sent because the sweep stopped early.
+	// Pending are candidates never sent because the sweep stopped early;
+	// online, also the keys of a delete request that failed as a whole, whose
+	// outcome is unknown (they stay in the deleting state for the next run).
 	Pending []string `json:"pending"`
 	// Skipped are candidates past MaxDeletes.
 	Skipped []string `json:"skipped"`

@@ -1,0 +1,32 @@
+package sweep
+
+import (
+	"context"
+
+	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/bucket"
+)
+
+// Hooks are the online sweep's hooks, for the package's external tests. Each
+// is called, when set, on the sweep's goroutine between two of its steps:
+//
+//   - AfterRead after the read of references, claims and records that
+//     follows the listing, with what it read;
+//   - AfterMark after the stale records were dropped and the new candidates
+//     marked, with the records it created (not in a dry run);
+//   - AfterBegin after a batch's candidates moved to GCDeleting, with the
+//     moved records, before the batch's delete request;
+//   - AfterDelete after a batch's delete request returned, before its records
+//     are settled.
+type Hooks struct {
+	AfterRead   func(ctx context.Context, view cairn.BlobGCView)
+	AfterMark   func(ctx context.Context, marked []cairn.GCRecord)
+	AfterBegin  func(ctx context.Context, moved []cairn.GCRecord)
+	AfterDelete func(ctx context.Context, res bucket.DeleteResult, err error)
+}
+
+// WithHooks returns o with the hooks h.
+func WithHooks(o Options, h Hooks) Options {
+	o.hooks = &hooks{afterRead: h.AfterRead, afterMark: h.AfterMark, afterBegin: h.AfterBegin, afterDelete: h.AfterDelete}
+	return o
+}
