@@ -29,9 +29,9 @@ type stressStore interface {
 	cairn.ThreadLister
 }
 
-// plainStore hides the online protocol of a store: its sweep takes the
+// stressPlainStore hides the online protocol of a store: its sweep takes the
 // upstream path and nothing claims.
-type plainStore struct {
+type stressPlainStore struct {
 	cairn.Store
 	cairn.Pruner
 	cairn.ThreadLister
@@ -72,7 +72,7 @@ func TestOnlineSweepStress(t *testing.T) {
 		t.Cleanup(func() { st.Close() })
 		w := &stressWorld{store: st, blobs: bkt, read: bkt, put: bkt}
 		if !protocol {
-			w.store = plainStore{st, st, st}
+			w.store = stressPlainStore{st, st, st}
 		}
 		return w
 	}
@@ -206,7 +206,7 @@ func runStress(t *testing.T, w *stressWorld, d time.Duration, stopOnLoss bool) s
 	return res
 }
 
-type captureResult struct {
+type stressCaptureResult struct {
 	reused int
 	loss   error
 }
@@ -214,8 +214,8 @@ type captureResult struct {
 // stressCapture is one capture: take the lease, draw the workspace, upload
 // what the parent lacks (claimed when the store has the protocol), append,
 // and check that the new head's blobs are all there.
-func stressCapture(ctx context.Context, w *stressWorld, thread, id string, pool [][]byte, files int, rng *rand.Rand) (captureResult, error) {
-	var res captureResult
+func stressCapture(ctx context.Context, w *stressWorld, thread, id string, pool [][]byte, files int, rng *rand.Rand) (stressCaptureResult, error) {
+	var res stressCaptureResult
 	lease, err := w.store.AcquireWriter(ctx, thread)
 	if err != nil {
 		return res, err
