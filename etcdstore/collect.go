@@ -76,7 +76,9 @@ func (s *Store) ReadBlobGC(ctx context.Context, fn func(cairn.BlobReference) err
 // When a batch fails, its Else reads settle each key: a key with a record or
 // a live claim leaves the batch; the dead claims of a key that has no live
 // one are reaped (fence.IfNotCurrent); the rest is sent again. The records
-// created have the version of the transaction that created them.
+// created have the version of the transaction that created them. A batch
+// whose answer was lost is sent again; if the lost attempt had applied, its
+// records are not reported (the next ReadBlobGC shows them).
 func (s *Store) MarkBlobs(ctx context.Context, blobKeys []string, since float64) ([]cairn.GCRecord, error) {
 	if err := cairn.CheckBlobKeys(blobKeys); err != nil {
 		return nil, err
@@ -192,7 +194,9 @@ type recordMove struct {
 // version whose Since differs is compared with its stored Since, which it
 // keeps), and so does a record whose key has a live claim; the dead claims of
 // the others are reaped, and the batch is sent again. The moved records are
-// returned with the version of the transaction that moved them.
+// returned with the version of the transaction that moved them. When an
+// attempt's answer was lost, a record found deleting with the same Since is
+// reported as moved: whoever moved it, its bytes may be deleted.
 func (s *Store) BeginBlobDeletes(ctx context.Context, recs []cairn.GCRecord) ([]cairn.GCRecord, error) {
 	return s.moveRecords(ctx, recs, recordMove{op: "begin blob deletes", from: gcCandidateByte, to: gcDeletingByte, unclaimed: true})
 }
