@@ -673,3 +673,54 @@ func BenchmarkClaim20000(b *testing.B) {
 		b.StartTimer()
 	}
 }
+
+// TestGCUnknownOutcomes loses the answer of the first write of each call,
+// after etcd applied it, or fails it before: the store sends it again, and
+// the effect is the same as without the fault.
+func TestGCUnknownOutcomes(t *testing.T) {
+	for _, applied := range []bool{true, false} {
+		t.Run(fmt.Sprintf("Applied=%v", applied), func(t *testing.T) {
+			x := newOutcomeFixture(t)
+			ctx := testContext(t)
+			ks := manyKeys("u", 3)
+			x.failNext(applied, nil)
+			mustClaim(t, x.s, x.lease.Writer, ks[0])
+			x.failNext(applied, nil)
+			recs, err := x.s.MarkBlobs(ctx, ks[1:], 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Records created by the attempt whose answer was lost are not
+			// reported; the next read shows them.
+			if want := map[bool]int{true: 0, false: 2}[applied]; len(recs) != want {
+				t.Fatalf("mark: %v", recs)
+			}
+			v := readGC(t, x.s)
+			if len(v.Records) != 2 || !slices.Equal(v.Claimed, ks[:1]) {
+				t.Fatalf("after mark: %+v", v)
+			}
+			x.failNext(applied, nil)
+			moved, err := x.s.BeginBlobDeletes(ctx, v.Records)
+			if err != nil || len(moved) != 2 || moved[0].State != cairn.GCDeleting {
+				t.Fatalf("begin: %v, %v", moved, err)
+			}
+			x.failNext(applied, nil)
+			if err := x.s.EndBlobDeletes(ctx, moved[:1], false); err != nil {
+				t.Fatal(err)
+			}
+			v = readGC(t, x.s)
+			x.failNext(applied, nil)
+			if err := x.s.DropBlobRecords(ctx, v.Records[:1]); err != nil {
+				t.Fatal(err)
+			}
+			x.failNext(applied, nil)
+			if err := x.s.EndBlobDeletes(ctx, moved[1:], true); err != nil {
+				t.Fatal(err)
+			}
+			x.f.reset()
+			if v := readGC(t, x.s); len(v.Records) != 0 || len(v.Claimed) != 1 {
+				t.Fatalf("at the end: %+v", v)
+			}
+		})
+	}
+}
