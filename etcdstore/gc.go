@@ -342,9 +342,9 @@ func (c *claimSet) before(thread string, fenceRev int64) []cairn.Writer {
 
 // deleteClaims deletes the claims this store holds for w, in batches, and
 // forgets those it deleted. It is best effort: a failure is logged, the
-// claims it could not delete stay remembered, and they end with the lease
-// anyway. It has time of its own, so that it also runs after the caller's
-// context ended.
+// claims it could not delete stay remembered (the lease's next append or its
+// release tries again), and they end with the lease anyway. Each batch has
+// time of its own, so that it also runs after the caller's context ended.
 func (s *Store) deleteClaims(ctx context.Context, w cairn.Writer) {
 	s.deleteClaimKeys(ctx, w, s.claims.of(w))
 }
@@ -355,16 +355,16 @@ func (s *Store) deleteClaimKeys(ctx context.Context, w cairn.Writer, ks []string
 	if len(ks) == 0 {
 		return
 	}
-	cctx, cancel := cleanupContext(ctx)
-	defer cancel()
 	n := (len(ks) + deleteBatch - 1) / deleteBatch
-	err := forEach(cctx, n, claimParallel, func(ctx context.Context, i int) error {
+	err := forEach(context.WithoutCancel(ctx), n, claimParallel, func(ctx context.Context, i int) error {
 		batch := ks[i*deleteBatch : min((i+1)*deleteBatch, len(ks))]
 		ops := make([]clientv3.Op, len(batch))
 		for j, k := range batch {
 			ops[j] = clientv3.OpDelete(k)
 		}
-		if _, _, err := s.commit(ctx, nil, ops, nil); err != nil {
+		cctx, cancel := cleanupContext(ctx)
+		defer cancel()
+		if _, _, err := s.commit(cctx, nil, ops, nil); err != nil {
 			return err
 		}
 		s.claims.remove(w, batch)
