@@ -55,11 +55,13 @@ const (
 	// claimBatch: 3 guard comparisons + 1 a key; a put and at most one
 	// delete a key; 2 + 1 get a key.
 	claimBatch = 60
-	// recordBatch: up to 3 comparisons a record (Begin), 2 for the others.
+	// recordBatch: 2 comparisons a record (so 60), 3 for Begin (so 42 with
+	// one guard); 1 operation and 1 or 2 gets a record.
 	recordBatch = 60
 	// reapBatch: each reap is a nested transaction of three levels with one
-	// comparison and one delete each; 20 keep even the sum of every level's
-	// operations under MaxTxnOps.
+	// comparison and one delete each (fence.IfNotCurrent): 5 operations and
+	// 3 comparisons below the outer one. With 20, even the operations of all
+	// levels added up (120) stay within MaxTxnOps.
 	reapBatch = 20
 	// deleteBatch: plain deletes of this store's own claims.
 	deleteBatch = MaxTxnOps
