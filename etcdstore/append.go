@@ -182,6 +182,28 @@ type appendOp struct {
 
 	staging  *stager
 	stageSeq uint64
+
+	// claims are the claim keys of the writer lease when the append began;
+	// a successful append ends them. claimsInTxn says the transaction that
+	// succeeded deleted them; lost says the lease was found not current.
+	claims      []string
+	claimsInTxn bool
+	lost        bool
+}
+
+// endClaims ends the claims of the lease after the append succeeded or
+// failed because the lease is lost: they are deleted, unless the successful
+// transaction already did. Deletes after the transaction are best effort.
+func (op *appendOp) endClaims(ctx context.Context, err error) {
+	s, w := op.s, op.in.Writer
+	switch {
+	case err == nil && op.claimsInTxn:
+		s.claims.remove(w, op.claims)
+	case err == nil:
+		s.deleteClaimKeys(ctx, w, op.claims)
+	case op.lost:
+		s.deleteClaims(ctx, w)
+	}
 }
 
 // idState is what an index record says about a checkpoint id.
@@ -241,8 +263,10 @@ func (op *appendOp) interpret(ctx context.Context, owner, expiry, idx, thread *m
 	return st, fence.Decode(owner, expiry), ids, err
 }
 
-func (op *appendOp) run(ctx context.Context, pending error, pendingRev int64) error {
+func (op *appendOp) run(ctx context.Context, pending error, pendingRev int64) (err error) {
 	s, in, c := op.s, &op.in, &op.in.Checkpoint
+	op.claims, op.claimsInTxn, op.lost = s.claims.of(in.Writer), false, false
+	defer func() { op.endClaims(ctx, err) }()
 	a := &attempts{s: s, op: "append", nonce: op.nonce, thread: c.ThreadID, pending: pending, pendingRev: pendingRev,
 		retry: func(ctx context.Context, pending error, rev int64) error {
 			again := &appendOp{s: op.s, in: op.in, w: op.w, nonce: op.nonce}
@@ -266,6 +290,7 @@ func (op *appendOp) run(ctx context.Context, pending error, pendingRev int64) er
 			return ok, err
 		}
 		v := cairn.AppendView{Writer: wr, IDTaken: ids.taken, Head: st.rec.Head}
+		op.lost = !wr.Current(in.Writer, now)
 		if err := v.Check(in, now); err != nil {
 			return false, a.fail(err)
 		}
@@ -319,6 +344,14 @@ func (op *appendOp) run(ctx context.Context, pending error, pendingRev int64) er
 		cmps := s.withGuards(append(fence.Guard(wk, in.Writer.OwnerToken, in.Writer.Fence, now),
 			s.idxCmp(c.ID, staleIdx), s.threadCmp(c.ThreadID, st)))
 		then := append(s.records(op.w, st, seq, op.nonce), writes...)
+		// The lease's claims end with the append, in its transaction when
+		// they fit: a staged append deletes them after its publish.
+		inTxn := op.staging == nil && len(then)+len(op.claims) <= MaxTxnOps
+		if inTxn {
+			for _, k := range op.claims {
+				then = append(then, clientv3.OpDelete(k))
+			}
+		}
 		resp, err := s.client.Txn(ctx).If(cmps...).Then(then...).Else(
 			clientv3.OpGet(wk.Owner), clientv3.OpGet(wk.Expiry),
 			clientv3.OpGet(string(s.layout.Index(c.ID))), clientv3.OpGet(string(s.layout.Thread(c.ThreadID))),
@@ -339,6 +372,7 @@ func (op *appendOp) run(ctx context.Context, pending error, pendingRev int64) er
 			s.remember(c.ThreadID, threadState{rec: st.nextRecord(op.w, seq, op.nonce), rev: resp.Header.Revision})
 			op.staging.close()
 			op.staging = nil
+			op.claimsInTxn = inTxn
 			return nil
 		}
 		if err := s.guardErr(ctx); err != nil {

@@ -4,7 +4,9 @@
 //
 // It implements cairn.Store and every optional capability (cairn.Pruner,
 // cairn.Forker with a transcript store in the same keyspace, cairn.ThreadLister,
-// cairn.BlobReferenceWalker) and, through Instances, cairn.InstanceStore.
+// cairn.BlobReferenceWalker, and the two sides of the online sweep protocol,
+// cairn.BlobClaimer and cairn.BlobCollector) and, through Instances,
+// cairn.InstanceStore.
 //
 // Everything works within etcd's DEFAULT server limits, 128 operations per
 // transaction and 1.5 MiB per request, which is what a shared cluster gives:
@@ -25,9 +27,16 @@
 //     of any number of checkpoints removes their chunks and references with
 //     range deletes and hides their records behind the thread's prune floor in
 //     that same transaction.
+//   - The online sweep keeps a GC record per blob key the sweeper is
+//     collecting and a claim per (blob key, writer lease), attached to the
+//     store's session lease. Every move of a record is a compare-and-swap on
+//     its version, and "no claim" is one range comparison over the key's
+//     claims, so a writer's claim and the sweeper's delete cannot both win.
+//     A turn's claims end in its append's own transaction.
 //
 // The key layout, every transaction's comparisons and operations, and what
-// each costs are described in docs/design.md.
+// each costs are described in docs/design.md; those of the online sweep on
+// the methods of BlobClaimer and BlobCollector.
 //
 // # Writes whose outcome is unknown
 //

@@ -50,6 +50,7 @@ func (s *Store) AcquireWriter(ctx context.Context, threadID string) (*cairn.Leas
 		break
 	}
 	w := cairn.Writer{ThreadID: threadID, OwnerToken: token, Fence: fenceRev}
+	s.dropSuperseded(ctx, threadID, fenceRev) // claims of earlier leases are dead now
 	return cairn.NewLease(w, exp, s.opts.RenewAfter, &leaseDriver{s: s, w: w}), nil
 }
 
@@ -74,18 +75,20 @@ func (d *leaseDriver) Renew(ctx context.Context) (float64, error) {
 			return 0, err
 		}
 		if !ok {
+			d.s.deleteClaims(ctx, d.w) // the lease can never be current again
 			return 0, cairn.NewError(cairn.CodeWriterLost, "writer lease for thread %q is no longer current", d.w.ThreadID)
 		}
 		return exp, nil
 	}
 }
 
-// Release deletes the writer record if it is still this lease's. Failures are
-// logged, not returned: the record then ends at its expiry, or with the
-// store's etcd lease.
+// Release deletes the writer record if it is still this lease's, then the
+// lease's claims. Failures are logged, not returned: the record then ends at
+// its expiry, or with the store's etcd lease, and the claims with it.
 func (d *leaseDriver) Release(ctx context.Context) {
 	wk := d.s.writerKeys(d.w.ThreadID)
 	if err := d.s.fences.Release(ctx, wk, d.w.OwnerToken, d.w.Fence); err != nil {
 		d.s.log.Warn("etcdstore: release of writer lease failed; it will expire", "thread", d.w.ThreadID, "fence", d.w.Fence, "err", err)
 	}
+	d.s.deleteClaims(ctx, d.w)
 }

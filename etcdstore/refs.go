@@ -45,7 +45,12 @@ func (s *Store) ListBlobReferences(ctx context.Context) ([]cairn.BlobReference, 
 // compacted before the walk ends, it returns an error wrapping
 // rpctypes.ErrCompacted; it never mixes two revisions.
 func (s *Store) WalkBlobReferences(ctx context.Context, fn func(cairn.BlobReference) error) error {
-	var rev int64
+	return s.walkRefs(ctx, 0, fn)
+}
+
+// walkRefs walks the blob references at revision rev, or, when rev is 0, at
+// the revision of its first read.
+func (s *Store) walkRefs(ctx context.Context, rev int64, fn func(cairn.BlobReference) error) error {
 	var digests []keys.Digest
 	limit := int64(256)
 	for shard := range byte(keys.NumShards) {

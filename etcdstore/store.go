@@ -77,6 +77,8 @@ type Store struct {
 	guards []clientv3.Cmp
 
 	cache *threadCache
+	// claims are the blob claims this store put, by writer lease.
+	claims *claimSet
 }
 
 // threadCache holds the last known thread records, by thread, so that the
@@ -126,6 +128,7 @@ func New(client *clientv3.Client, prefix string, opts Options) (*Store, error) {
 		log:        log,
 		fences:     fence.NewManager(client, fence.Options{TTL: o.LeaseDuration, Logger: log}),
 		cache:      &threadCache{threads: map[string]threadState{}},
+		claims:     newClaimSet(),
 	}, nil
 }
 
@@ -196,13 +199,15 @@ func (s *Store) forget(thread string) {
 var ErrGuardFailed = errors.New("etcdstore: the write's guard does not hold")
 
 // Guarded returns a view of the store whose every write (Append, DeleteHead,
-// DeleteCheckpoints, ForkFromCheckpoint) also requires guard, in the same
+// DeleteCheckpoints, ForkFromCheckpoint, ClaimBlobs and the writes of the
+// cairn.BlobCollector methods) also requires guard, in the same
 // transaction: for example (*concurrency.Mutex).IsOwner(), so that a process
 // that has lost its lock cannot write. When the guard does not hold, the write
 // changes nothing and returns an error matching ErrGuardFailed (checked before
-// the contract's errors of the write's live state). Reads, AcquireWriter and
-// the leases' Renew and Release are not guarded. The view shares the store's
-// leases and cache; Close the original store, not the view.
+// the contract's errors of the write's live state). Reads, AcquireWriter,
+// the leases' Renew and Release, and the deletes of a lease's own claims that
+// follow its append or release, are not guarded. The view shares the store's
+// leases, claims and cache; Close the original store, not the view.
 func (s *Store) Guarded(guard clientv3.Cmp) *Store {
 	g := *s
 	g.guards = append(slices.Clone(s.guards), guard)

@@ -19,7 +19,9 @@ type VerifyOptions struct {
 	// Repair deletes the garbage Verify finds (records hidden behind a prune
 	// floor, index records of pruned checkpoints), each delete guarded so that
 	// a record written since the read is never touched. Problems are never
-	// repaired: they need a person.
+	// repaired, they need a person, except GC records and claims that do not
+	// decode: the sweep refuses to run while they exist, and deleting one only
+	// returns its key to "not yet seen by a sweep".
 	Repair bool
 }
 
@@ -62,6 +64,9 @@ type VerifyReport struct {
 	Checkpoints int `json:"checkpoints"`
 	BlobKeys    int `json:"blobKeys"`
 	References  int `json:"references"`
+	// GCRecords and Claims count the keys of the online sweep protocol.
+	GCRecords int `json:"gcRecords"`
+	Claims    int `json:"claims"`
 	// Problems are broken invariants: a reference count that differs from
 	// the one recomputed from the checkpoints, a dangling head, a checkpoint
 	// whose body or index record is missing, and so on.
@@ -81,7 +86,8 @@ func (r VerifyReport) OK() bool { return len(r.Problems) == 0 }
 // hold exactly its distinct blob keys; no reference record, body chunk or
 // transcript chunk belongs to nothing. Because a key's reference count is the
 // number of records that hold it, the last two checks mean the reference counts
-// equal the counts recomputed from the checkpoints themselves.
+// equal the counts recomputed from the checkpoints themselves. Every GC
+// record and claim key of the online sweep must decode.
 //
 // It returns an error, without a report, if it cannot read the store (for
 // example when the revision it pinned is compacted before it finishes; run it
@@ -205,6 +211,9 @@ func (v *verifier) run() error {
 		}
 	}
 	v.r.BlobKeys = len(v.keysSeen)
+	if err := v.sweepKeys(); err != nil {
+		return err
+	}
 	// Index records: each must name a live checkpoint.
 	defer v.finish()
 	return v.scan(l.Indexes(), func(kv *mvccpb.KeyValue) error {
@@ -227,6 +236,40 @@ func (v *verifier) run() error {
 	})
 }
 
+// sweepKeys checks that every GC record and claim decodes.
+func (v *verifier) sweepKeys() error {
+	l := v.s.layout
+	if err := v.scan(l.GCRecords(), func(kv *mvccpb.KeyValue) error {
+		v.r.GCRecords++
+		if _, err := v.s.parseGC(kv); err != nil {
+			v.malformed("malformed-gc-record", kv, err)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	return v.scan(l.Claims(), func(kv *mvccpb.KeyValue) error {
+		v.r.Claims++
+		if _, err := l.DecodeClaim(kv.Key); err != nil {
+			v.malformed("malformed-claim", kv, err)
+		}
+		return nil
+	})
+}
+
+// malformed reports a key of the online sweep that does not decode, and
+// queues its guarded delete for Repair.
+func (v *verifier) malformed(kind string, kv *mvccpb.KeyValue, err error) {
+	v.problem(kind, "", "", string(kv.Key), "%v", err)
+	v.repairs = append(v.repairs, guardedDelete(kv))
+}
+
+func guardedDelete(kv *mvccpb.KeyValue) clientv3.Op {
+	return clientv3.OpTxn(
+		[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)},
+		[]clientv3.Op{clientv3.OpDelete(string(kv.Key))}, nil)
+}
+
 // finish reports live checkpoints whose index record was never seen. It runs
 // after the index scan.
 func (v *verifier) finish() {
@@ -237,9 +280,7 @@ func (v *verifier) finish() {
 
 func (v *verifier) garbage(kind, thread, id string, kv *mvccpb.KeyValue, detail string) {
 	v.r.Garbage = append(v.r.Garbage, Problem{Kind: kind, Thread: thread, Checkpoint: id, Key: string(kv.Key), Detail: detail})
-	v.repairs = append(v.repairs, clientv3.OpTxn(
-		[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)},
-		[]clientv3.Op{clientv3.OpDelete(string(kv.Key))}, nil))
+	v.repairs = append(v.repairs, guardedDelete(kv))
 }
 
 func (v *verifier) thread(t string) error {

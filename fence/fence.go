@@ -104,6 +104,29 @@ func (m *Manager) Session(ctx context.Context) (*concurrency.Session, error) {
 	return s, nil
 }
 
+// Lease returns the ID of the session lease that new records are attached to
+// (see Session). Other keys that must end with the process, such as a
+// writer's claims, may be attached to it too.
+func (m *Manager) Lease(ctx context.Context) (clientv3.LeaseID, error) {
+	s, err := m.Session(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return s.Lease(), nil
+}
+
+// LeaseLost tells the manager that etcd reported the lease id as not found,
+// so that the next Session grants a new one. It does nothing when id is not
+// the current session's lease.
+func (m *Manager) LeaseLost(id clientv3.LeaseID) {
+	m.mu.Lock()
+	s := m.session
+	m.mu.Unlock()
+	if s != nil && s.Lease() == id {
+		m.forget(s)
+	}
+}
+
 // forget drops the session s after etcd said its lease no longer exists.
 func (m *Manager) forget(s *concurrency.Session) {
 	m.mu.Lock()
@@ -140,6 +163,21 @@ func Guard(k Keys, token string, fence int64, now float64) []clientv3.Cmp {
 		clientv3.Compare(clientv3.Value(k.Owner), "=", token),
 		clientv3.Compare(clientv3.Value(k.Expiry), ">", ExpiryValue(now)),
 	}
+}
+
+// IfNotCurrent returns a nested transaction that runs ops only when the lease
+// (token, fence) is not current at now: its record was replaced or deleted,
+// or it holds another token, or its stored expiry is not after now. Once a
+// lease is not current it never is again, so ops may delete what only that
+// lease needed. It costs at most three levels of one comparison and
+// len(ops) operations.
+func IfNotCurrent(k Keys, token string, fence int64, now float64, ops ...clientv3.Op) clientv3.Op {
+	expired := clientv3.OpTxn(
+		[]clientv3.Cmp{clientv3.Compare(clientv3.Value(k.Expiry), "<", ExpiryValue(now)+"\x00")}, ops, nil)
+	otherToken := clientv3.OpTxn(
+		[]clientv3.Cmp{clientv3.Compare(clientv3.Value(k.Owner), "!=", token)}, ops, []clientv3.Op{expired})
+	return clientv3.OpTxn(
+		[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k.Owner), "!=", fence)}, ops, []clientv3.Op{otherToken})
 }
 
 // Decode returns the writer record held by the owner and expiry key-values, or

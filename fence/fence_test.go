@@ -155,3 +155,69 @@ func TestSessionLostMidway(t *testing.T) {
 		t.Fatalf("record %+v", got)
 	}
 }
+
+// TestIfNotCurrent runs a delete under IfNotCurrent for each way a lease can
+// stop being current, and for the current lease.
+func TestIfNotCurrent(t *testing.T) {
+	m, cli, ctx := setup(t)
+	a, _, err := m.Acquire(ctx, k, "A", 100, 200)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deletes := func(token string, fenceRev int64, now float64) bool {
+		t.Helper()
+		if _, err := cli.Put(ctx, "data", "v"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cli.Txn(ctx).Then(fence.IfNotCurrent(k, token, fenceRev, now, clientv3.OpDelete("data"))).Commit(); err != nil {
+			t.Fatal(err)
+		}
+		r, err := cli.Get(ctx, "data")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(r.Kvs) == 0
+	}
+	for _, c := range []struct {
+		name  string
+		token string
+		fence int64
+		now   float64
+		want  bool
+	}{
+		{"Current", "A", a.Fence, 199, false},
+		{"WrongToken", "B", a.Fence, 100, true},
+		{"WrongFence", "A", a.Fence + 1, 100, true},
+		{"AtExpiry", "A", a.Fence, 200, true},
+		{"AfterExpiry", "A", a.Fence, 201, true},
+	} {
+		if got := deletes(c.token, c.fence, c.now); got != c.want {
+			t.Errorf("%s: deleted = %v, want %v", c.name, got, c.want)
+		}
+	}
+	if err := m.Release(ctx, k, "A", a.Fence); err != nil {
+		t.Fatal(err)
+	}
+	if !deletes("A", a.Fence, 100) {
+		t.Error("Released: not deleted")
+	}
+}
+
+// TestLeaseLost: once the session's lease is reported lost, the manager
+// grants a new one.
+func TestLeaseLost(t *testing.T) {
+	m, _, ctx := setup(t)
+	id, err := m.Lease(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.LeaseLost(id + 1) // not the session's: ignored
+	if again, _ := m.Lease(ctx); again != id {
+		t.Fatalf("lease %x after reporting another lease lost, want %x", again, id)
+	}
+	m.LeaseLost(id)
+	next, err := m.Lease(ctx)
+	if err != nil || next == id {
+		t.Fatalf("lease after loss: %x, %v", next, err)
+	}
+}

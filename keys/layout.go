@@ -26,6 +26,8 @@ const (
 	tagIndex      = 'i' // checkpoint id -> where it lives
 	tagInstance   = 's' // instance store records
 	tagLock       = 'l' // sweeper election and other locks
+	tagGC         = 'g' // the sweeper's record of a blob key (online sweep)
+	tagClaim      = 'q' // a writer lease's claim of a blob key (online sweep)
 
 	subCheckpoint      = 'c'
 	subChunk           = 'k'
