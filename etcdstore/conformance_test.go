@@ -25,6 +25,7 @@ func TestConformance(t *testing.T) {
 	conformance.RunPruneTests(t, storeFactory)
 	conformance.RunThreadListerTests(t, storeFactory)
 	conformance.RunBlobReferenceWalkerTests(t, storeFactory)
+	conformance.RunBlobGCTests(t, storeFactory)
 	conformance.RunForkTests(t, func(t *testing.T, opts cairn.Options) conformance.ForkStore { return newStore(t, opts) })
 	conformance.RunInstanceStoreTests(t, func(t *testing.T) cairn.InstanceStore {
 		return newStore(t, cairn.Options{}).Instances()

@@ -7,11 +7,14 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/bucket"
+	"github.com/cairnstore/cairn/etcdstore"
+	"github.com/cairnstore/cairn/internal/embedetcd"
 	"github.com/cairnstore/cairn/sweep"
 )
 
@@ -50,6 +53,20 @@ func TestInterleavingsMemory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		return s
+	})
+}
+
+func TestInterleavingsEtcd(t *testing.T) {
+	_, cli := embedetcd.ForTest(t)
+	var n atomic.Int64
+	runInterleavings(t, func(t *testing.T, now func() float64) protocolStore {
+		t.Helper()
+		s, err := etcdstore.New(cli, fmt.Sprintf("interleave-%d/", n.Add(1)), etcdstore.Options{Options: cairn.Options{Now: now}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
 		return s
 	})
 }

@@ -122,7 +122,7 @@ func runStress(t *testing.T, w *stressWorld, d time.Duration, stopOnLoss bool) s
 			cancel()
 		}
 	}
-	pool := make([][]byte, 48)
+	pool := make([][]byte, 160)
 	for i := range pool {
 		pool[i] = fmt.Appendf(nil, "content %d of the shared pool\n", i)
 	}
@@ -140,7 +140,10 @@ func runStress(t *testing.T, w *stressWorld, d time.Duration, stopOnLoss bool) s
 				case ctx.Err() != nil:
 					return
 				case errors.Is(err, cairn.ErrWriterConflict), errors.Is(err, cairn.ErrStaleHead):
-					continue // the sweeper holds the lease to prune, or pruned meanwhile
+					// The sweeper holds the lease to prune, or pruned
+					// meanwhile.
+					time.Sleep(time.Millisecond)
+					continue
 				case err != nil:
 					errs <- fmt.Errorf("%s turn %d: %w", thread, turn, err)
 					cancel()
@@ -151,6 +154,9 @@ func runStress(t *testing.T, w *stressWorld, d time.Duration, stopOnLoss bool) s
 				if r.loss != nil {
 					lose(r.loss)
 				}
+				// Between turns the thread is free, so that the sweeper's
+				// prune can take its lease.
+				time.Sleep(time.Duration(20+rng.IntN(40)) * time.Millisecond)
 			}
 		})
 	}
