@@ -301,7 +301,13 @@ func (d *demo) captureAll(ctx context.Context, src, work string, res *Result) (m
 		bucket.FileBlob([]byte("# Draft\n\nA capture that never finished uploaded this file.\n")),
 		bucket.ArtifactBlob([]byte("partial test output\n")),
 	}
-	up, err := bucket.PutBlobs(ctx, d.blobs, crashed)
+	lease, err = d.store.AcquireWriter(ctx, "crashed")
+	if err != nil {
+		return nil, err
+	}
+	up, err := bucket.UploadBlobs(ctx, d.store, lease.Writer, d.blobs, crashed)
+	// The capture dies here: its lease ends, and its claims with it.
+	lease.Release(context.WithoutCancel(ctx))
 	if err != nil {
 		return nil, err
 	}

@@ -145,9 +145,9 @@ func edit(dir, thread string, turn int) error {
 	return fmt.Errorf("no edit for turn %d", turn)
 }
 
-// capture checkpoints a thread's workspace as a capture does: it uploads the
-// blobs of its files and of its artifact first, then appends the checkpoint
-// under the thread's writer lease. It returns the checkpoint and how many
+// capture checkpoints a thread's workspace as a capture does: under the
+// thread's writer lease it claims and uploads the blobs of its files and of
+// its artifact, then appends the checkpoint. It returns the checkpoint and how many
 // blobs it uploaded and found already present.
 func (d *demo) capture(ctx context.Context, dir, thread string, turn int, artifact string) (*cairn.Checkpoint, bucket.UploadResult, error) {
 	entries, contents, err := scan(dir)
@@ -175,18 +175,20 @@ func (d *demo) capture(ctx context.Context, dir, thread string, turn int, artifa
 		cp.Artifacts = []cairn.Artifact{{ArtifactID: cp.ID + "-report", Name: "test-report.txt", MimeType: "text/plain",
 			Size: int64(len(b.Data)), BlobKey: b.Key, CreatedAt: cp.CreatedAt}}
 	}
-	up, err := bucket.PutBlobs(ctx, d.blobs, blobs)
-	if err != nil {
-		return nil, up, fmt.Errorf("capture %s: upload: %w", cp.ID, err)
-	}
 	lease, err := d.store.AcquireWriter(ctx, thread)
 	if err != nil {
-		return nil, up, fmt.Errorf("capture %s: %w", cp.ID, err)
+		return nil, bucket.UploadResult{}, fmt.Errorf("capture %s: %w", cp.ID, err)
 	}
 	defer lease.Release(context.WithoutCancel(ctx))
 	head, err := d.store.GetHead(ctx, thread)
 	if err != nil {
-		return nil, up, err
+		return nil, bucket.UploadResult{}, err
+	}
+	// Claimed under the lease, then uploaded when missing: a sweeper
+	// running now cannot delete what this capture reuses.
+	up, err := bucket.UploadBlobs(ctx, d.store, lease.Writer, d.blobs, blobs)
+	if err != nil {
+		return nil, up, fmt.Errorf("capture %s: upload: %w", cp.ID, err)
 	}
 	cp.ParentCheckpointID = head
 	if _, err := d.store.Append(ctx, cairn.AppendInput{Checkpoint: cp, ExpectedHeadID: head, Writer: lease.Writer}); err != nil {

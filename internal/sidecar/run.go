@@ -221,7 +221,7 @@ func (s *Sweeper) phases(ctx, stop context.Context, held *heldLock, st *Status, 
 	if err := held.writeStatus(ctx, st); err != nil {
 		return err
 	}
-	refs := &refsView{store: s.store, stop: stop}
+	refs := &refsView{store: guarded, stop: stop}
 	first := true
 	before := func(bctx context.Context, batch []string) error {
 		if stop.Err() != nil {
@@ -249,6 +249,9 @@ func (s *Sweeper) phases(ctx, stop context.Context, held *heldLock, st *Status, 
 		BeforeDelete: before,
 		Logger:       log,
 	})
+	if errors.Is(err, etcdstore.ErrGuardFailed) {
+		err = fmt.Errorf("%w: a sweep write found the lock gone: %w", ErrLockLost, err)
+	}
 	if err = interrupted(err); err != nil && !onlyIncomplete(err) {
 		return err
 	}
@@ -385,7 +388,10 @@ type refsView struct {
 	seen  atomic.Int64
 }
 
-var _ cairn.BlobReferenceWalker = (*refsView)(nil)
+var (
+	_ cairn.BlobReferenceWalker = (*refsView)(nil)
+	_ cairn.BlobCollector       = (*refsView)(nil)
+)
 
 func (r *refsView) ListBlobReferences(ctx context.Context) ([]cairn.BlobReference, error) {
 	c, cancel := merge(ctx, r.stop)
@@ -402,6 +408,46 @@ func (r *refsView) WalkBlobReferences(ctx context.Context, fn func(cairn.BlobRef
 		r.seen.Add(1)
 		return fn(ref)
 	})
+}
+
+// ReadBlobGC reads references, claims and GC records; stop ends it, like the
+// walk, and the references seen are counted.
+func (r *refsView) ReadBlobGC(ctx context.Context, fn func(cairn.BlobReference) error) (cairn.BlobGCView, error) {
+	c, cancel := merge(ctx, r.stop)
+	defer cancel()
+	return r.store.ReadBlobGC(c, func(ref cairn.BlobReference) error {
+		r.seen.Add(1)
+		return fn(ref)
+	})
+}
+
+// MarkBlobs, BeginBlobDeletes and DropBlobRecords are the sweep's steps
+// before a delete: stop ends them, so a signal stops the run before it starts
+// a delete. Each is a write of the guarded store, so a sweeper that lost its
+// lock changes nothing.
+func (r *refsView) MarkBlobs(ctx context.Context, keys []string, since float64) ([]cairn.GCRecord, error) {
+	c, cancel := merge(ctx, r.stop)
+	defer cancel()
+	return r.store.MarkBlobs(c, keys, since)
+}
+
+func (r *refsView) BeginBlobDeletes(ctx context.Context, recs []cairn.GCRecord) ([]cairn.GCRecord, error) {
+	c, cancel := merge(ctx, r.stop)
+	defer cancel()
+	return r.store.BeginBlobDeletes(c, recs)
+}
+
+func (r *refsView) DropBlobRecords(ctx context.Context, recs []cairn.GCRecord) error {
+	c, cancel := merge(ctx, r.stop)
+	defer cancel()
+	return r.store.DropBlobRecords(c, recs)
+}
+
+// EndBlobDeletes settles the deletes the bucket answered. It runs on the
+// sweep's context, not stop: like the delete batch in flight, it finishes
+// after a signal, so that writers do not wait for the next run.
+func (r *refsView) EndBlobDeletes(ctx context.Context, recs []cairn.GCRecord, deleted bool) error {
+	return r.store.EndBlobDeletes(ctx, recs, deleted)
 }
 
 // blobsView is the bucket as the sweep sees it: listings end when stop ends;

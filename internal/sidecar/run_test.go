@@ -239,7 +239,7 @@ func TestRun(t *testing.T) {
 		f := newFixture(t, client, true)
 		m := NewMetrics(false)
 		before := f.keys(t)
-		rep, err := f.sweeper(t, RunOptions{Keep: 1, OlderThan: time.Hour, Verify: true}, m).Run(t.Context(), t.Context(), LockMode{})
+		rep, err := f.sweeper(t, RunOptions{Keep: 1, OlderThan: 0, Verify: true}, m).Run(t.Context(), t.Context(), LockMode{})
 		if err != nil {
 			t.Fatalf("Run: %v\n%s", err, f.log.String())
 		}
@@ -279,7 +279,7 @@ func TestRun(t *testing.T) {
 		f := newFixture(t, client, true)
 		m := NewMetrics(true)
 		before := f.keys(t)
-		rep, err := f.sweeper(t, RunOptions{Keep: 1, OlderThan: time.Hour, DryRun: true}, m).Run(t.Context(), t.Context(), LockMode{})
+		rep, err := f.sweeper(t, RunOptions{Keep: 1, OlderThan: 0, DryRun: true}, m).Run(t.Context(), t.Context(), LockMode{})
 		if err != nil {
 			t.Fatalf("Run: %v", err)
 		}
@@ -329,7 +329,7 @@ func TestRun(t *testing.T) {
 		f := newFixture(t, client, true)
 		release := holdLock(t, f)
 		done := make(chan error, 1)
-		s := f.sweeper(t, RunOptions{OlderThan: time.Hour}, nil)
+		s := f.sweeper(t, RunOptions{OlderThan: 0}, nil)
 		go func() {
 			_, err := s.Run(t.Context(), t.Context(), LockMode{Wait: true})
 			done <- err
@@ -352,7 +352,7 @@ func TestRun(t *testing.T) {
 		holdLock(t, f)
 		stop, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
-		s := f.sweeper(t, RunOptions{OlderThan: time.Hour}, nil)
+		s := f.sweeper(t, RunOptions{OlderThan: 0}, nil)
 		go func() {
 			_, err := s.Run(t.Context(), stop, LockMode{Wait: true})
 			done <- err
@@ -369,7 +369,7 @@ func TestRun(t *testing.T) {
 		before := f.keys(t)
 		f.blobs.onList = func() { f.deleteLockKeys(t) }
 		m := NewMetrics(false)
-		_, err := f.sweeper(t, RunOptions{OlderThan: time.Hour}, m).Run(t.Context(), t.Context(), LockMode{})
+		_, err := f.sweeper(t, RunOptions{OlderThan: 0}, m).Run(t.Context(), t.Context(), LockMode{})
 		if !errors.Is(err, ErrLockLost) || ExitCode(err) != ExitFailure {
 			t.Fatalf("err = %v; want ErrLockLost", err)
 		}
@@ -383,7 +383,7 @@ func TestRun(t *testing.T) {
 	t.Run("LockLostBetweenBatches", func(t *testing.T) {
 		f := newFixture(t, client, true)
 		f.blobs.onDelete = func([]string) { f.deleteLockKeys(t) }
-		rep, err := f.sweeper(t, RunOptions{OlderThan: time.Hour, BatchSize: 2}, nil).Run(t.Context(), t.Context(), LockMode{})
+		rep, err := f.sweeper(t, RunOptions{OlderThan: 0, BatchSize: 2}, nil).Run(t.Context(), t.Context(), LockMode{})
 		if !errors.Is(err, ErrLockLost) {
 			t.Fatalf("err = %v; want ErrLockLost", err)
 		}
@@ -395,7 +395,7 @@ func TestRun(t *testing.T) {
 	t.Run("PruneGuardedByTheLock", func(t *testing.T) {
 		f := newFixture(t, client, true)
 		before := f.keys(t)
-		s := f.sweeper(t, RunOptions{Keep: 1, OlderThan: time.Hour}, nil)
+		s := f.sweeper(t, RunOptions{Keep: 1, OlderThan: 0}, nil)
 		s.beforePrune = func(context.Context, *heldLock) { f.deleteLockKeys(t) }
 		_, err := s.Run(t.Context(), t.Context(), LockMode{})
 		if !errors.Is(err, ErrLockLost) || !errors.Is(err, etcdstore.ErrGuardFailed) {
@@ -412,7 +412,7 @@ func TestRun(t *testing.T) {
 		stop, cancel := context.WithCancel(t.Context())
 		f.blobs.onDelete = func([]string) { cancel() }
 		m := NewMetrics(false)
-		rep, err := f.sweeper(t, RunOptions{OlderThan: time.Hour, BatchSize: 2}, m).Run(t.Context(), stop, LockMode{})
+		rep, err := f.sweeper(t, RunOptions{OlderThan: 0, BatchSize: 2}, m).Run(t.Context(), stop, LockMode{})
 		if ExitCode(err) != ExitInterrupted {
 			t.Fatalf("err = %v; want ErrInterrupted", err)
 		}
@@ -434,7 +434,7 @@ func TestRun(t *testing.T) {
 		f := newFixture(t, client, true)
 		before := f.keys(t)
 		stop, cancel := context.WithCancel(t.Context())
-		s := f.sweeper(t, RunOptions{Keep: 1, OlderThan: time.Hour}, nil)
+		s := f.sweeper(t, RunOptions{Keep: 1, OlderThan: 0}, nil)
 		s.beforePrune = func(context.Context, *heldLock) { cancel() }
 		rep, err := s.Run(t.Context(), stop, LockMode{})
 		if ExitCode(err) != ExitInterrupted {
@@ -453,7 +453,7 @@ func TestRun(t *testing.T) {
 		f := newFixture(t, client, true)
 		f.blobs.refuse = map[string]bool{f.orphans[1]: true}
 		m := NewMetrics(false)
-		rep, err := f.sweeper(t, RunOptions{OlderThan: time.Hour}, m).Run(t.Context(), t.Context(), LockMode{})
+		rep, err := f.sweeper(t, RunOptions{OlderThan: 0}, m).Run(t.Context(), t.Context(), LockMode{})
 		if ExitCode(err) != ExitPartial {
 			t.Fatalf("err = %v; want exit code %d", err, ExitPartial)
 		}
@@ -476,7 +476,7 @@ func TestRun(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				_, err := f.sweeper(t, RunOptions{OlderThan: time.Hour, AllowEmptyStore: allow}, nil).Run(t.Context(), t.Context(), LockMode{})
+				_, err := f.sweeper(t, RunOptions{OlderThan: 0, AllowEmptyStore: allow}, nil).Run(t.Context(), t.Context(), LockMode{})
 				if allow {
 					if err != nil || f.mem.Len() != 0 {
 						t.Fatalf("err = %v, %d blobs left; want all deleted", err, f.mem.Len())
@@ -498,7 +498,7 @@ func TestRun(t *testing.T) {
 			t.Fatal(err)
 		}
 		m := NewMetrics(false)
-		rep, err := f.sweeper(t, RunOptions{OlderThan: time.Hour, Verify: true}, m).Run(t.Context(), t.Context(), LockMode{})
+		rep, err := f.sweeper(t, RunOptions{OlderThan: 0, Verify: true}, m).Run(t.Context(), t.Context(), LockMode{})
 		if !errors.Is(err, ErrVerifyProblems) || ExitCode(err) != ExitVerify {
 			t.Fatalf("err = %v; want ErrVerifyProblems", err)
 		}
