@@ -130,7 +130,6 @@ var mutants = []mutant{
 	{"MarkClaimed", faultyStores(faulty.Faults{MarkClaimed: true}), []string{"BlobGC/Claim/Live"}, 0},
 	{"MarkReplaces", faultyStores(faulty.Faults{MarkReplaces: true}), []string{"BlobGC/Mark/KeepsExistingRecord"}, 0},
 	{"BeginIgnoresVersion", faultyStores(faulty.Faults{BeginIgnoresVersion: true}), []string{"BlobGC/Begin/StaleVersion"}, 0},
-	{"BeginCheckThenAct", faultyStores(faulty.Faults{BeginCheckThenAct: true}), []string{"BlobGC/Concurrency/ClaimOrDelete"}, 0},
 	{"EndLosesSince", faultyStores(faulty.Faults{EndLosesSince: true}), []string{"BlobGC/End/NotDeleted"}, 0},
 	{"DropDeleting", faultyStores(faulty.Faults{DropDeleting: true}), []string{"BlobGC/Drop/StaleOrDeleting"}, 0},
 	{"VersionReused", faultyStores(faulty.Faults{VersionReused: true}), []string{"BlobGC/Version/NotReusedAfterRemoval"}, 0},

@@ -8,7 +8,7 @@ import (
 )
 
 // Workloads lists the workload names in the order Run runs them.
-var Workloads = []string{"B1", "B2", "B3", "B4", "B5", "B6"}
+var Workloads = []string{"B1", "B2", "B3", "BC", "B4", "B5", "B6"}
 
 // Config sizes a run. Full and Quick return the two standard ones.
 type Config struct {

@@ -96,7 +96,6 @@ type Faults struct {
 	MarkClaimed             bool // MarkBlobs marks keys with a live claim
 	MarkReplaces            bool // MarkBlobs replaces existing records
 	BeginIgnoresVersion     bool // BeginBlobDeletes moves a candidate whatever its version
-	BeginCheckThenAct       bool // BeginBlobDeletes checks and moves in two critical sections
 	EndLosesSince           bool // EndBlobDeletes(deleted=false) restarts Since at the store's now
 	DropDeleting            bool // DropBlobRecords removes records in GCDeleting too
 	VersionReused           bool // a key's versions restart when its record goes, so a new record repeats an old one's

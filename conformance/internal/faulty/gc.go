@@ -5,7 +5,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/cairnstore/cairn"
 )
@@ -289,11 +288,6 @@ func (s *Store) BeginBlobDeletes(ctx context.Context, recs []cairn.GCRecord) ([]
 			continue
 		}
 		chosen = append(chosen, cur)
-	}
-	if s.f.BeginCheckThenAct {
-		s.mu.Unlock()
-		time.Sleep(2 * time.Millisecond)
-		s.mu.Lock()
 	}
 	out := make([]cairn.GCRecord, 0, len(chosen))
 	for _, r := range chosen {
