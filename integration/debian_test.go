@@ -89,6 +89,7 @@ func TestConformanceOnDebianEtcd34(t *testing.T) {
 	conformance.RunForkTests(t, func(t *testing.T, opts cairn.Options) conformance.ForkStore { return newStore(t, opts) })
 	conformance.RunThreadListerTests(t, storeFactory)
 	conformance.RunBlobReferenceWalkerTests(t, storeFactory)
+	conformance.RunBlobGCTests(t, storeFactory)
 	conformance.RunInstanceStoreTests(t, func(t *testing.T) cairn.InstanceStore { return newStore(t, cairn.Options{}).Instances() })
 
 	// Verify, on 3.4 too, every store the suites left behind.
