@@ -119,7 +119,7 @@ type object struct {
 	data   []byte
 }
 
-func newObject(data []byte) object {
+func objNewObject(data []byte) object {
 	d := keys.Digest(sha256.Sum256(data))
 	return object{key: objectKey(d), digest: d, data: data}
 }
@@ -239,7 +239,7 @@ func splitCheckpointBody(c *cairn.Checkpoint) (root object, objs []object, refs 
 	var r objRoot
 	seen := make(map[keys.Digest]bool)
 	add := func(data []byte) keys.Digest {
-		o := newObject(data)
+		o := objNewObject(data)
 		if !seen[o.digest] {
 			seen[o.digest] = true
 			objs = append(objs, o)
@@ -249,7 +249,7 @@ func splitCheckpointBody(c *cairn.Checkpoint) (root object, objs []object, refs 
 	start := 0
 	for i := range c.Files {
 		if i == len(c.Files)-1 || i+1-start == objLeafMax || objLeafCut(c.Files[i].Path) {
-			r.leaves = append(r.leaves, objPart{add(encodeLeaf(c.Files[start : i+1])), i + 1 - start})
+			r.leaves = append(r.leaves, objPart{add(objEncodeLeaf(c.Files[start : i+1])), i + 1 - start})
 			start = i + 1
 		}
 	}
@@ -265,7 +265,7 @@ func splitCheckpointBody(c *cairn.Checkpoint) (root object, objs []object, refs 
 		}
 	}
 	r.artifacts = c.Artifacts
-	return newObject(encodeRoot(&r)), objs, refs, nil
+	return objNewObject(objEncodeRoot(&r)), objs, refs, nil
 }
 
 // splitRefChunks cuts the distinct blob keys of c (those of BlobKeys), sorted,
@@ -314,7 +314,7 @@ func splitRefChunks(c *cairn.Checkpoint) ([]refChunk, error) {
 					data = binary.BigEndian.AppendUint64(data, w)
 				}
 			}
-			out = append(out, refChunk{newObject(data), n})
+			out = append(out, refChunk{objNewObject(data), n})
 			from = i + 1
 		}
 	}
@@ -353,7 +353,7 @@ func objNamespace(shard byte) byte {
 	return 0
 }
 
-func encodeLeaf(files []cairn.Entry) []byte {
+func objEncodeLeaf(files []cairn.Entry) []byte {
 	size := 2 + objUvarintLen(uint64(len(files)))
 	for i := range files {
 		f := &files[i]
@@ -385,8 +385,8 @@ func objHeader(b []byte, typ byte) (decoder, bool) {
 	return decoder{b: b[2:]}, true
 }
 
-// leafCount returns the entry count a leaf declares.
-func leafCount(b []byte) (int, error) {
+// objLeafCount returns the entry count a leaf declares.
+func objLeafCount(b []byte) (int, error) {
 	d, ok := objHeader(b, objTypeLeaf)
 	if !ok {
 		return 0, errCodec
@@ -398,10 +398,10 @@ func leafCount(b []byte) (int, error) {
 	return n, nil
 }
 
-// decodeLeafInto decodes a leaf of exactly len(dst) entries into dst. It
+// objDecodeLeafInto decodes a leaf of exactly len(dst) entries into dst. It
 // allocates one string for all the leaf's strings.
-func decodeLeafInto(b []byte, dst []cairn.Entry) error {
-	n, err := leafCount(b)
+func objDecodeLeafInto(b []byte, dst []cairn.Entry) error {
+	n, err := objLeafCount(b)
 	if err != nil || n != len(dst) {
 		return errCodec
 	}
@@ -418,20 +418,20 @@ func decodeLeafInto(b []byte, dst []cairn.Entry) error {
 	return nil
 }
 
-// decodeLeaf decodes a leaf.
-func decodeLeaf(b []byte) ([]cairn.Entry, error) {
-	n, err := leafCount(b)
+// objDecodeLeaf decodes a leaf.
+func objDecodeLeaf(b []byte) ([]cairn.Entry, error) {
+	n, err := objLeafCount(b)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]cairn.Entry, n)
-	if err := decodeLeafInto(b, out); err != nil {
+	if err := objDecodeLeafInto(b, out); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-func encodeRoot(r *objRoot) []byte {
+func objEncodeRoot(r *objRoot) []byte {
 	e := encoder{b: make([]byte, 0, 16+(keys.DigestLen+3)*(len(r.leaves)+len(r.conv))+len(r.artifacts)*200)}
 	e.b = append(e.b, objTypeRoot, objVersion)
 	e.uint(uint64(len(r.leaves)))
@@ -483,8 +483,8 @@ func objParts(d *decoder, max uint64) []objPart {
 	return out
 }
 
-// decodeRoot decodes a root object.
-func decodeRoot(b []byte) (objRoot, error) {
+// objDecodeRoot decodes a root object.
+func objDecodeRoot(b []byte) (objRoot, error) {
 	d, ok := objHeader(b, objTypeRoot)
 	if !ok {
 		return objRoot{}, errCodec
@@ -526,9 +526,9 @@ func objError(d keys.Digest, err error) error {
 	return fmt.Errorf("body object %s: %w", objectKey(d), err)
 }
 
-// fetchObject fetches the object with digest d and verifies that its bytes
+// objFetchObject fetches the object with digest d and verifies that its bytes
 // hash to its key.
-func fetchObject(fetch func(key string) ([]byte, error), d keys.Digest) ([]byte, error) {
+func objFetchObject(fetch func(key string) ([]byte, error), d keys.Digest) ([]byte, error) {
 	b, err := fetch(objectKey(d))
 	if err != nil {
 		return nil, objError(d, err)
@@ -550,7 +550,7 @@ func (f *objFetcher) get(d keys.Digest) ([]byte, error) {
 	if b, ok := f.got[d]; ok {
 		return b, nil
 	}
-	b, err := fetchObject(f.fetch, d)
+	b, err := objFetchObject(f.fetch, d)
 	if err != nil {
 		return nil, err
 	}
@@ -577,7 +577,7 @@ func assembleCheckpointBody(root keys.Digest, fetch func(key string) ([]byte, er
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	r, err := decodeRoot(b)
+	r, err := objDecodeRoot(b)
 	if err != nil {
 		return nil, nil, nil, objError(root, err)
 	}
@@ -587,7 +587,7 @@ func assembleCheckpointBody(root keys.Digest, fetch func(key string) ([]byte, er
 		if leaves[i], err = f.get(p.digest); err != nil {
 			return nil, nil, nil, err
 		}
-		if n, err := leafCount(leaves[i]); err != nil || n != p.n {
+		if n, err := objLeafCount(leaves[i]); err != nil || n != p.n {
 			return nil, nil, nil, objError(p.digest, errCodec)
 		}
 		total += p.n
@@ -595,7 +595,7 @@ func assembleCheckpointBody(root keys.Digest, fetch func(key string) ([]byte, er
 	files = make([]cairn.Entry, total)
 	at := 0
 	for i, p := range r.leaves {
-		if err := decodeLeafInto(leaves[i], files[at:at+p.n]); err != nil {
+		if err := objDecodeLeafInto(leaves[i], files[at:at+p.n]); err != nil {
 			return nil, nil, nil, objError(p.digest, err)
 		}
 		at += p.n
@@ -631,9 +631,9 @@ func (k *objRefKey) String() string {
 	return p + hex.EncodeToString(k[1:])
 }
 
-// decodeRefKeys decodes a reference chunk into its keys, which it checks are
+// objDecodeRefKeys decodes a reference chunk into its keys, which it checks are
 // of a known namespace and strictly increasing.
-func decodeRefKeys(b []byte) ([]objRefKey, error) {
+func objDecodeRefKeys(b []byte) ([]objRefKey, error) {
 	d, ok := objHeader(b, objTypeRefs)
 	if !ok {
 		return nil, errCodec
@@ -655,7 +655,7 @@ func decodeRefKeys(b []byte) ([]objRefKey, error) {
 // decodeRefChunk decodes a reference chunk into its blob keys, in sorted
 // order.
 func decodeRefChunk(b []byte) ([]string, error) {
-	ks, err := decodeRefKeys(b)
+	ks, err := objDecodeRefKeys(b)
 	if err != nil {
 		return nil, err
 	}
@@ -691,11 +691,11 @@ func countReferences(listings [][]keys.Digest, fetch func(key string) ([]byte, e
 	spans := make(map[keys.Digest]span, len(distinct))
 	counts := make(map[objRefKey]int)
 	for _, d := range distinct {
-		b, err := fetchObject(fetch, d)
+		b, err := objFetchObject(fetch, d)
 		if err != nil {
 			return nil, err
 		}
-		ks, err := decodeRefKeys(b)
+		ks, err := objDecodeRefKeys(b)
 		if err != nil {
 			return nil, objError(d, err)
 		}

@@ -18,16 +18,16 @@ import (
 // encodes back to the same bytes.
 
 func FuzzLeafDecode(f *testing.F) {
-	f.Add(encodeLeaf(objTestFiles(3, "")))
-	f.Add(encodeLeaf([]cairn.Entry{{Path: "\xff", Kind: cairn.KindDir, Size: -1}}))
+	f.Add(objEncodeLeaf(objTestFiles(3, "")))
+	f.Add(objEncodeLeaf([]cairn.Entry{{Path: "\xff", Kind: cairn.KindDir, Size: -1}}))
 	f.Add([]byte{objTypeLeaf, objVersion, 1, 0, 0, 0, 0})
 	f.Add([]byte{objTypeLeaf, objVersion, 0x80, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		files, err := decodeLeaf(b)
+		files, err := objDecodeLeaf(b)
 		if err != nil {
 			return
 		}
-		if !bytes.Equal(encodeLeaf(files), b) {
+		if !bytes.Equal(objEncodeLeaf(files), b) {
 			t.Fatalf("leaf %x decodes into entries that encode differently", b)
 		}
 	})
@@ -41,14 +41,14 @@ func FuzzObjectRootDecode(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(root.data)
-	f.Add(encodeRoot(&objRoot{}))
-	f.Add(encodeRoot(&objRoot{convPresent: true}))
+	f.Add(objEncodeRoot(&objRoot{}))
+	f.Add(objEncodeRoot(&objRoot{convPresent: true}))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		r, err := decodeRoot(b)
+		r, err := objDecodeRoot(b)
 		if err != nil {
 			return
 		}
-		if !bytes.Equal(encodeRoot(&r), b) {
+		if !bytes.Equal(objEncodeRoot(&r), b) {
 			t.Fatalf("root %x decodes into a root that encodes differently", b)
 		}
 		_ = r.objectKeys()
@@ -136,12 +136,12 @@ func FuzzObjectSplitAssemble(f *testing.F) {
 // Assembling objects that hash to their keys but hold anything never panics,
 // and whatever assembles is what the objects say.
 func FuzzObjectAssemble(f *testing.F) {
-	leaf := encodeLeaf(objTestFiles(2, ""))
+	leaf := objEncodeLeaf(objTestFiles(2, ""))
 	f.Add(leaf, uint16(2), []byte("Cx"), uint32(1), true, uint8(1), []byte(nil))
 	f.Add([]byte{objTypeLeaf, objVersion, 1, 0, 0, 0, 0}, uint16(1), []byte{objTypeConv, objVersion}, uint32(0), false, uint8(3), []byte{0, 1, 2})
 	f.Fuzz(func(t *testing.T, leaf []byte, leafN uint16, chunk []byte, chunkN uint32, present bool, repeat uint8, tail []byte) {
 		b := objBucket{}
-		lo, co := newObject(leaf), newObject(chunk)
+		lo, co := objNewObject(leaf), objNewObject(chunk)
 		b.put(lo, co)
 		r := objRoot{convPresent: present}
 		for range int(repeat) % 4 {
@@ -150,18 +150,18 @@ func FuzzObjectAssemble(f *testing.F) {
 				r.conv = append(r.conv, objPart{co.digest, int(chunkN)})
 			}
 		}
-		data := append(encodeRoot(&r), tail...)
-		root := newObject(data)
+		data := append(objEncodeRoot(&r), tail...)
+		root := objNewObject(data)
 		b.put(root)
 		files, conv, arts, err := assembleCheckpointBody(root.digest, b.fetch)
 		if err != nil {
 			return
 		}
-		dec, err := decodeRoot(data)
+		dec, err := objDecodeRoot(data)
 		if err != nil {
 			t.Fatalf("assembled a body from a root that does not decode: %v", err)
 		}
-		want, err := decodeLeaf(leaf)
+		want, err := objDecodeLeaf(leaf)
 		if len(dec.leaves) > 0 && err != nil {
 			t.Fatalf("assembled a body from a leaf that does not decode: %v", err)
 		}

@@ -241,7 +241,7 @@ func TestObjectBounds(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	c := cairn.Checkpoint{Files: objTestFiles(20000, ""), Conversation: objTestConversation(r, 2<<20)}
 	root, _, refs, b := objSplit(t, &c)
-	rt, err := decodeRoot(root.data)
+	rt, err := objDecodeRoot(root.data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +294,7 @@ func TestLeafForcedCut(t *testing.T) {
 		}
 	}
 	root, _, _, b := objSplit(t, &cairn.Checkpoint{Files: files})
-	rt, _ := decodeRoot(root.data)
+	rt, _ := objDecodeRoot(root.data)
 	var ns []int
 	for _, l := range rt.leaves {
 		ns = append(ns, l.n)
@@ -407,7 +407,7 @@ func TestLeafSharing(t *testing.T) {
 	base := cairn.Checkpoint{Files: objTestFiles(2000, "")}
 	root, objs, _, b := objSplit(t, &base)
 	leaves, _ := objLeaves(objs)
-	rb, err := decodeRoot(root.data)
+	rb, err := objDecodeRoot(root.data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -472,10 +472,10 @@ func TestConvChunkSharing(t *testing.T) {
 		conv := objTestConversation(r, 420<<10)
 		old := cairn.Checkpoint{Conversation: conv[:400<<10]}
 		root, _, _, b := objSplit(t, &old)
-		rt, _ := decodeRoot(root.data)
+		rt, _ := objDecodeRoot(root.data)
 		grown := cairn.Checkpoint{Conversation: conv}
 		root2, objs2, _, _ := objSplit(t, &grown)
-		rt2, _ := decodeRoot(root2.data)
+		rt2, _ := objDecodeRoot(root2.data)
 		// Every chunk of the old conversation but the last is the new one's.
 		for i := range len(rt.conv) - 1 {
 			if rt2.conv[i] != rt.conv[i] {
@@ -554,11 +554,11 @@ func TestObjectAssembleErrors(t *testing.T) {
 
 	// Objects whose digests match but that are not what the root says.
 	put := func(bucket objBucket, data []byte) keys.Digest {
-		o := newObject(data)
+		o := objNewObject(data)
 		bucket[o.key] = data
 		return o.digest
 	}
-	rt, err := decodeRoot(root.data)
+	rt, err := objDecodeRoot(root.data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -568,7 +568,7 @@ func TestObjectAssembleErrors(t *testing.T) {
 		r2 := rt
 		r2.leaves, r2.conv = slices.Clone(rt.leaves), slices.Clone(rt.conv)
 		want := edit(&r2, bucket)
-		check(name, bucket, put(bucket, encodeRoot(&r2)), want, errCodec)
+		check(name, bucket, put(bucket, objEncodeRoot(&r2)), want, errCodec)
 	}
 	variant("leaf count", func(r *objRoot, _ objBucket) string { r.leaves[1].n++; return objectKey(r.leaves[1].digest) })
 	variant("chunk length", func(r *objRoot, _ objBucket) string { r.conv[0].n--; return objectKey(r.conv[0].digest) })
@@ -617,8 +617,8 @@ func TestObjectAssembleErrors(t *testing.T) {
 }
 
 func TestObjectDecodersStrict(t *testing.T) {
-	leaf := encodeLeaf(objTestFiles(3, ""))
-	if _, err := decodeLeaf(leaf); err != nil {
+	leaf := objEncodeLeaf(objTestFiles(3, ""))
+	if _, err := objDecodeLeaf(leaf); err != nil {
 		t.Fatal(err)
 	}
 	refs, err := splitRefChunks(objRefCheckpoint([]string{objTestArtifactKey("a"), objTestFileKey("b")}))
@@ -629,8 +629,8 @@ func TestObjectDecodersStrict(t *testing.T) {
 	if ks, err := decodeRefChunk(ref); err != nil || len(ks) != 2 {
 		t.Fatal(ks, err)
 	}
-	root := encodeRoot(&objRoot{leaves: []objPart{{n: 3}}, convPresent: true, conv: []objPart{{n: 5}}})
-	if _, err := decodeRoot(root); err != nil {
+	root := objEncodeRoot(&objRoot{leaves: []objPart{{n: 3}}, convPresent: true, conv: []objPart{{n: 5}}})
+	if _, err := objDecodeRoot(root); err != nil {
 		t.Fatal(err)
 	}
 	longCount := func(b []byte) []byte { // the count as a two-byte varint
@@ -642,8 +642,8 @@ func TestObjectDecodersStrict(t *testing.T) {
 		data   []byte
 		decode func([]byte) error
 	}{}
-	leafDec := func(b []byte) error { _, err := decodeLeaf(b); return err }
-	rootDec := func(b []byte) error { _, err := decodeRoot(b); return err }
+	leafDec := func(b []byte) error { _, err := objDecodeLeaf(b); return err }
+	rootDec := func(b []byte) error { _, err := objDecodeRoot(b); return err }
 	refDec := func(b []byte) error { _, err := decodeRefChunk(b); return err }
 	add := func(name string, data []byte, dec func([]byte) error) {
 		bad[name] = struct {
@@ -658,16 +658,16 @@ func TestObjectDecodersStrict(t *testing.T) {
 	add("leaf: trailing byte", append(bytes.Clone(leaf), 0), leafDec)
 	add("leaf: truncated", leaf[:len(leaf)-1], leafDec)
 	add("leaf: no entries", []byte{objTypeLeaf, objVersion, 0}, leafDec)
-	add("leaf: 513 entries", encodeLeaf(make([]cairn.Entry, 513)), leafDec)
+	add("leaf: 513 entries", objEncodeLeaf(make([]cairn.Entry, 513)), leafDec)
 	add("leaf: count beyond the bytes", []byte{objTypeLeaf, objVersion, 2, 0, 0, 0, 0}, leafDec)
 	add("root: wrong type", set(root, 0, objTypeLeaf), rootDec)
 	add("root: trailing byte", append(bytes.Clone(root), 0), rootDec)
 	add("root: long count", longCount(root), rootDec)
-	add("root: leaf of 0 entries", encodeRoot(&objRoot{leaves: []objPart{{n: 0}}}), rootDec)
-	add("root: leaf of 513 entries", encodeRoot(&objRoot{leaves: []objPart{{n: 513}}}), rootDec)
-	add("root: chunk of 0 bytes", encodeRoot(&objRoot{convPresent: true, conv: []objPart{{n: 0}}}), rootDec)
-	add("root: chunk over 64 KiB", encodeRoot(&objRoot{convPresent: true, conv: []objPart{{n: objConvMax + 1}}}), rootDec)
-	add("root: presence 2", set(encodeRoot(&objRoot{}), 3, 2), rootDec)
+	add("root: leaf of 0 entries", objEncodeRoot(&objRoot{leaves: []objPart{{n: 0}}}), rootDec)
+	add("root: leaf of 513 entries", objEncodeRoot(&objRoot{leaves: []objPart{{n: 513}}}), rootDec)
+	add("root: chunk of 0 bytes", objEncodeRoot(&objRoot{convPresent: true, conv: []objPart{{n: 0}}}), rootDec)
+	add("root: chunk over 64 KiB", objEncodeRoot(&objRoot{convPresent: true, conv: []objPart{{n: objConvMax + 1}}}), rootDec)
+	add("root: presence 2", set(objEncodeRoot(&objRoot{}), 3, 2), rootDec)
 	add("root: absent conversation with chunks", set(root, 2+1+32+1, 0), rootDec)
 	add("root: truncated", root[:len(root)-1], rootDec)
 	add("refs: wrong type", set(ref, 0, objTypeLeaf), refDec)
