@@ -1,0 +1,725 @@
+package etcdstore
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/bits"
+	"slices"
+
+	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/keys"
+)
+
+// Body objects of the capacity layout (version 2 of the checkpoint record;
+// docs/design.md, "Capacity: what etcd keeps per checkpoint").
+//
+// A large checkpoint keeps its body in the bucket as immutable,
+// content-addressed objects that checkpoints, threads and forks share, and
+// keeps in etcd only its header, the digest of its root object and the digests
+// of its reference chunks. This file is the pure codec of those objects: it
+// splits a body into objects and assembles a body from them, and it does no
+// I/O of its own.
+//
+// An object is stored under objPrefix followed by the 64 lower-case hex digits
+// of the SHA-256 of its bytes, and it starts with a type byte and a version
+// byte. There are four types:
+//
+//	leaf                'L' 1  count  count × entry
+//	conversation chunk  'C' 1  bytes
+//	root                'R' 1  leaves  conversation  artifacts
+//	reference chunk     'K' 1  count  count × key33
+//
+// Integers are uvarints (sizes: varints) in their shortest form; strings are
+// a uvarint length and the bytes, kept byte for byte (invalid UTF-8 too). An
+// entry is, as in the record codec of codec.go, path, kind, blobKey (three
+// strings) and size (a varint). An artifact is artifactId, name, mimeType
+// (strings), size (a varint), blobKey (a string) and createdAt (8 big-endian
+// bytes of its IEEE 754 bits).
+//
+// A root lists the leaves (uvarint count, then per leaf its 32-byte digest and
+// its uvarint entry count, 1..512), then the conversation (one byte: 0 for a
+// nil conversation, 1 for a present one, then for a present one a uvarint
+// count of chunks and per chunk its 32-byte digest and its uvarint length,
+// 1..65536; an empty conversation is present with no chunks), then the
+// artifacts inline (uvarint count, then the artifacts). It does not hold the
+// checkpoint's header (id, thread, parent, createdAt, reason, label, run), so
+// a fork and its source share the root.
+//
+// A reference chunk holds blob keys in 33 bytes each: one namespace byte (0 for
+// sandbox-artifacts/sha256/, 1 for sandbox-files/sha256/) and the 32 digest
+// bytes. Keys in that form sort as the key strings do, and a chunk lists them
+// strictly increasing.
+//
+// Decoders are strict: shortest varints, counts bounded by what is left, no
+// trailing bytes, and every count and length within the limits below; they
+// return an error on any other input and never panic.
+//
+// Leaves hold the files in the order the checkpoint gives them (the contract
+// keeps that order, so they are not sorted by path), cut where a hash of the
+// path says (objLeafCut); conversation chunks are cut by a gear hash of the
+// bytes (objConvCut); reference chunks hold the checkpoint's distinct blob
+// keys sorted, cut where a key's digest says (objRefCut). These cut rules are
+// part of the format: two writers of the same body produce the same objects, which is what
+// lets checkpoints share them. Readers do not check where the cuts fall: the
+// digests already make a read return exactly what was split.
+
+// objPrefix is the bucket prefix of body objects.
+const objPrefix = "sandbox-meta/sha256/"
+
+// The type bytes and the format version of body objects.
+const (
+	objVersion  = 1
+	objTypeLeaf = 'L'
+	objTypeConv = 'C'
+	objTypeRoot = 'R'
+	objTypeRefs = 'K'
+)
+
+const (
+	// objLeafMax is the most entries a leaf holds.
+	objLeafMax = 512
+	// objLeafCutMask: a leaf ends after an entry whose path hash has these
+	// bits all set (one entry in 64 on average).
+	objLeafCutMask = 63
+
+	// Conversation chunks are 4 KiB to 64 KiB, about 16 KiB on average: a
+	// chunk ends at the first byte, at least objConvMin bytes in, where the
+	// gear hash of the 64 bytes ending there is below objConvThreshold (a
+	// chance of 1 in 12 KiB a byte).
+	objConvMin       = 4 << 10
+	objConvMax       = 64 << 10
+	objConvWindow    = 64
+	objConvThreshold = (1<<64 - 1) / (12 << 10)
+
+	// objRefMax is the most keys a reference chunk holds; a chunk ends after
+	// a key whose last digest byte is below objRefCutBelow (one key in 64).
+	objRefMax      = 512
+	objRefCutBelow = 4
+	// objRefKeyLen is the length of a key in a reference chunk.
+	objRefKeyLen = 1 + keys.DigestLen
+)
+
+var (
+	// errObjDigest reports an object whose bytes do not hash to its key.
+	errObjDigest = errors.New("object bytes do not match the object's digest")
+	// errObjBlobKey reports a blob key of neither namespace.
+	errObjBlobKey = errors.New("not a blob key")
+)
+
+// object is one body object: its bucket key, the digest the key names and its
+// bytes.
+type object struct {
+	key    string
+	digest keys.Digest
+	data   []byte
+}
+
+func objNewObject(data []byte) object {
+	d := keys.Digest(sha256.Sum256(data))
+	return object{key: objectKey(d), digest: d, data: data}
+}
+
+// refChunk is a reference chunk and the number of blob keys it holds.
+type refChunk struct {
+	object
+	n int
+}
+
+// objectKey returns the bucket key of the object with digest d.
+func objectKey(d keys.Digest) string {
+	var b [len(objPrefix) + 2*keys.DigestLen]byte
+	copy(b[:], objPrefix)
+	hex.Encode(b[len(objPrefix):], d[:])
+	return string(b[:])
+}
+
+// objPart names a leaf (n entries) or a conversation chunk (n bytes) in a
+// root.
+type objPart struct {
+	digest keys.Digest
+	n      int
+}
+
+// objRoot is a decoded root object.
+type objRoot struct {
+	leaves      []objPart
+	convPresent bool
+	conv        []objPart
+	artifacts   []cairn.Artifact
+}
+
+// objectKeys returns the distinct keys of the leaves and conversation chunks
+// that r names, leaves first, in the order r names them: what a reader may
+// fetch in parallel before it assembles the body.
+func (r *objRoot) objectKeys() []string {
+	seen := make(map[keys.Digest]bool, len(r.leaves)+len(r.conv))
+	var out []string
+	for _, parts := range [][]objPart{r.leaves, r.conv} {
+		for _, p := range parts {
+			if !seen[p.digest] {
+				seen[p.digest] = true
+				out = append(out, objectKey(p.digest))
+			}
+		}
+	}
+	return out
+}
+
+// objLeafCut reports whether a leaf ends after an entry with this path: when
+// the first 8 bytes of the path's SHA-256, read as a big-endian uint64, have
+// their low 6 bits set (that is, byte 7 of the digest does). The cut depends
+// on the path alone, so changing an entry's blob key or size rewrites only its
+// leaf, and inserting or removing an entry rewrites its leaf and at most
+// merges or splits it with a neighbour. A run of objLeafMax entries without a
+// cut is cut there (a run that long has probability about e^-8).
+func objLeafCut(path string) bool {
+	h := sha256.Sum256([]byte(path))
+	return binary.BigEndian.Uint64(h[:8])&objLeafCutMask == objLeafCutMask
+}
+
+// objGear is the gear table of the conversation chunker: entry i is the first
+// 8 bytes, big-endian, of SHA-256("cairn/gear/" + byte i). It is derived, not
+// random, so every writer cuts the same chunks.
+var objGear = func() (t [256]uint64) {
+	for i := range t {
+		h := sha256.Sum256(append([]byte("cairn/gear/"), byte(i)))
+		t[i] = binary.BigEndian.Uint64(h[:8])
+	}
+	return t
+}()
+
+// objConvCut returns the length of the conversation chunk that starts at
+// b[0]. With h(i) the gear hash of the 64 bytes ending at b[i],
+//
+//	h(i) = Σ_{k=0}^{63} objGear[b[i-k]] << k  (mod 2^64)
+//
+// the chunk ends after the first i ≥ objConvMin-1 with h(i) < objConvThreshold,
+// after objConvMax bytes if there is none, or at the end of b. The cut depends
+// only on the 64 bytes before it and on where the chunk started, so a
+// conversation that grows at the end keeps every chunk but its last.
+func objConvCut(b []byte) int {
+	if len(b) <= objConvMin {
+		return len(b)
+	}
+	limit := min(len(b), objConvMax)
+	var h uint64
+	// Bytes before the window of the first candidate shift out of h before
+	// it is tested: start hashing 64 bytes before it.
+	for _, c := range b[objConvMin-objConvWindow : objConvMin-1] {
+		h = h<<1 + objGear[c]
+	}
+	for i := objConvMin - 1; i < limit; i++ {
+		h = h<<1 + objGear[b[i]]
+		if h < objConvThreshold {
+			return i + 1
+		}
+	}
+	return limit
+}
+
+// objRefCut reports whether a reference chunk ends after a key with digest d.
+func objRefCut(d *keys.Digest) bool { return d[keys.DigestLen-1] < objRefCutBelow }
+
+// splitCheckpointBody splits the body of c (files, conversation, artifacts)
+// into its root, the leaves and conversation chunks the root names (each
+// distinct object once, leaves first, in the order the root names them), and
+// the reference chunks of c's distinct blob keys in key order. The result is
+// a function of the body alone. It fails only on a blob key of neither
+// namespace, which a validated checkpoint does not hold.
+func splitCheckpointBody(c *cairn.Checkpoint) (root object, objs []object, refs []refChunk, err error) {
+	refs, err = splitRefChunks(c)
+	if err != nil {
+		return object{}, nil, nil, err
+	}
+	var r objRoot
+	seen := make(map[keys.Digest]bool)
+	add := func(data []byte) keys.Digest {
+		o := objNewObject(data)
+		if !seen[o.digest] {
+			seen[o.digest] = true
+			objs = append(objs, o)
+		}
+		return o.digest
+	}
+	start := 0
+	for i := range c.Files {
+		if i == len(c.Files)-1 || i+1-start == objLeafMax || objLeafCut(c.Files[i].Path) {
+			r.leaves = append(r.leaves, objPart{add(objEncodeLeaf(c.Files[start : i+1])), i + 1 - start})
+			start = i + 1
+		}
+	}
+	if c.Conversation != nil {
+		r.convPresent = true
+		for rest := []byte(c.Conversation); len(rest) > 0; {
+			n := objConvCut(rest)
+			data := make([]byte, 2+n)
+			data[0], data[1] = objTypeConv, objVersion
+			copy(data[2:], rest[:n])
+			r.conv = append(r.conv, objPart{add(data), n})
+			rest = rest[n:]
+		}
+	}
+	r.artifacts = c.Artifacts
+	return objNewObject(objEncodeRoot(&r)), objs, refs, nil
+}
+
+// splitRefChunks cuts the distinct blob keys of c (those of BlobKeys), sorted,
+// into reference chunks: a chunk ends after a key for which objRefCut holds,
+// after objRefMax keys, or at the last key. Each key is in exactly one chunk,
+// and the cuts depend on the keys alone, so a change of a few keys rewrites
+// only the chunks that hold them (and merges or splits at most a neighbour).
+func splitRefChunks(c *cairn.Checkpoint) ([]refChunk, error) {
+	ks := make([]objSortKey, 0, len(c.Files)+len(c.Artifacts))
+	add := func(k string) error {
+		shard, d, ok := keys.BlobShard(k)
+		if !ok {
+			return fmt.Errorf("%w: %q", errObjBlobKey, k)
+		}
+		sk := objSortKey{ns: objNamespace(shard)}
+		for i := range sk.w {
+			sk.w[i] = binary.BigEndian.Uint64(d[8*i:])
+		}
+		ks = append(ks, sk)
+		return nil
+	}
+	for i := range c.Files {
+		if c.Files[i].Kind == cairn.KindFile {
+			if err := add(c.Files[i].BlobKey); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for i := range c.Artifacts {
+		if err := add(c.Artifacts[i].BlobKey); err != nil {
+			return nil, err
+		}
+	}
+	slices.SortFunc(ks, objSortKey.compare)
+	ks = slices.Compact(ks)
+	var out []refChunk
+	from := 0 // the first key of the chunk being filled
+	for i := range ks {
+		if n := i + 1 - from; i == len(ks)-1 || n == objRefMax || byte(ks[i].w[3]) < objRefCutBelow { // objRefCut
+			data := make([]byte, 0, 2+binary.MaxVarintLen64+n*objRefKeyLen)
+			data = append(data, objTypeRefs, objVersion)
+			data = binary.AppendUvarint(data, uint64(n))
+			for _, k := range ks[from : i+1] {
+				data = append(data, k.ns)
+				for _, w := range k.w {
+					data = binary.BigEndian.AppendUint64(data, w)
+				}
+			}
+			out = append(out, refChunk{objNewObject(data), n})
+			from = i + 1
+		}
+	}
+	return out, nil
+}
+
+// objSortKey is a blob key as its namespace byte and its digest in four
+// big-endian words, which compare in the key's byte order faster than the key
+// strings do.
+type objSortKey struct {
+	ns byte
+	w  [4]uint64
+}
+
+func (a objSortKey) compare(b objSortKey) int {
+	if a.ns != b.ns {
+		return int(a.ns) - int(b.ns)
+	}
+	for i := range a.w {
+		if a.w[i] != b.w[i] {
+			if a.w[i] < b.w[i] {
+				return -1
+			}
+			return 1
+		}
+	}
+	return 0
+}
+
+// objNamespace maps a blob reference shard to its namespace byte: shards are
+// numbered artifacts first, so the upper half is sandbox-files/.
+func objNamespace(shard byte) byte {
+	if shard >= keys.NumShards/2 {
+		return 1
+	}
+	return 0
+}
+
+func objEncodeLeaf(files []cairn.Entry) []byte {
+	size := 2 + objUvarintLen(uint64(len(files)))
+	for i := range files {
+		f := &files[i]
+		size += objUvarintLen(uint64(len(f.Path))) + len(f.Path) + objUvarintLen(uint64(len(f.Kind))) + len(f.Kind) +
+			objUvarintLen(uint64(len(f.BlobKey))) + len(f.BlobKey) + objUvarintLen(uint64(f.Size<<1^f.Size>>63))
+	}
+	e := encoder{b: make([]byte, 0, size)}
+	e.b = append(e.b, objTypeLeaf, objVersion)
+	e.uint(uint64(len(files)))
+	for i := range files {
+		f := &files[i]
+		e.str(f.Path)
+		e.str(string(f.Kind))
+		e.str(f.BlobKey)
+		e.int(f.Size)
+	}
+	return e.b
+}
+
+// objUvarintLen is the length of the uvarint encoding of x.
+func objUvarintLen(x uint64) int { return (bits.Len64(x|1) + 6) / 7 }
+
+// objHeader checks an object's type and version bytes and returns a decoder
+// of the rest.
+func objHeader(b []byte, typ byte) (decoder, bool) {
+	if len(b) < 2 || b[0] != typ || b[1] != objVersion {
+		return decoder{}, false
+	}
+	return decoder{b: b[2:]}, true
+}
+
+// objLeafCount returns the entry count a leaf declares.
+func objLeafCount(b []byte) (int, error) {
+	d, ok := objHeader(b, objTypeLeaf)
+	if !ok {
+		return 0, errCodec
+	}
+	n := d.count(4) // 3 strings and a varint: at least 4 bytes
+	if d.err != nil || n < 1 || n > objLeafMax {
+		return 0, errCodec
+	}
+	return n, nil
+}
+
+// objDecodeLeafInto decodes a leaf of exactly len(dst) entries into dst. It
+// allocates one string for all the leaf's strings.
+func objDecodeLeafInto(b []byte, dst []cairn.Entry) error {
+	n, err := objLeafCount(b)
+	if err != nil || n != len(dst) {
+		return errCodec
+	}
+	d, _ := objHeader(b, objTypeLeaf)
+	d.uint()
+	d.text = string(d.b)
+	d.base = len(d.b)
+	for i := range dst {
+		dst[i] = cairn.Entry{Path: d.str(), Kind: cairn.EntryKind(d.str()), BlobKey: d.str(), Size: d.int()}
+	}
+	if d.err != nil || len(d.b) != 0 {
+		return errCodec
+	}
+	return nil
+}
+
+// objDecodeLeaf decodes a leaf.
+func objDecodeLeaf(b []byte) ([]cairn.Entry, error) {
+	n, err := objLeafCount(b)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]cairn.Entry, n)
+	if err := objDecodeLeafInto(b, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func objEncodeRoot(r *objRoot) []byte {
+	e := encoder{b: make([]byte, 0, 16+(keys.DigestLen+3)*(len(r.leaves)+len(r.conv))+len(r.artifacts)*200)}
+	e.b = append(e.b, objTypeRoot, objVersion)
+	e.uint(uint64(len(r.leaves)))
+	for _, p := range r.leaves {
+		e.b = append(e.b, p.digest[:]...)
+		e.uint(uint64(p.n))
+	}
+	if !r.convPresent {
+		e.b = append(e.b, 0)
+	} else {
+		e.b = append(e.b, 1)
+		e.uint(uint64(len(r.conv)))
+		for _, p := range r.conv {
+			e.b = append(e.b, p.digest[:]...)
+			e.uint(uint64(p.n))
+		}
+	}
+	e.uint(uint64(len(r.artifacts)))
+	for _, a := range r.artifacts {
+		e.str(a.ArtifactID)
+		e.str(a.Name)
+		e.str(a.MimeType)
+		e.int(a.Size)
+		e.str(a.BlobKey)
+		e.f64(a.CreatedAt)
+	}
+	return e.b
+}
+
+// objParts decodes a list of (digest, n) with 1 ≤ n ≤ max.
+func objParts(d *decoder, max uint64) []objPart {
+	out := make([]objPart, d.count(keys.DigestLen+1))
+	for i := range out {
+		if len(d.b) < keys.DigestLen {
+			d.fail()
+			return nil
+		}
+		copy(out[i].digest[:], d.b)
+		d.b = d.b[keys.DigestLen:]
+		n := d.uint()
+		if n < 1 || n > max {
+			d.fail()
+		}
+		if d.err != nil {
+			return nil
+		}
+		out[i].n = int(n)
+	}
+	return out
+}
+
+// objDecodeRoot decodes a root object.
+func objDecodeRoot(b []byte) (objRoot, error) {
+	d, ok := objHeader(b, objTypeRoot)
+	if !ok {
+		return objRoot{}, errCodec
+	}
+	var r objRoot
+	r.leaves = objParts(&d, objLeafMax)
+	if d.err != nil || len(d.b) == 0 {
+		return objRoot{}, errCodec
+	}
+	switch d.b[0] {
+	case 0:
+		d.b = d.b[1:]
+	case 1:
+		d.b = d.b[1:]
+		r.convPresent = true
+		r.conv = objParts(&d, objConvMax)
+	default:
+		return objRoot{}, errCodec
+	}
+	if d.err != nil {
+		return objRoot{}, errCodec
+	}
+	r.artifacts = make([]cairn.Artifact, d.count(13)) // 4 strings, a varint, a float64: at least 13 bytes
+	if len(d.b) > 0 {
+		d.text = string(d.b)
+		d.base = len(d.b)
+	}
+	for i := range r.artifacts {
+		r.artifacts[i] = cairn.Artifact{ArtifactID: d.str(), Name: d.str(), MimeType: d.str(), Size: d.int(), BlobKey: d.str(), CreatedAt: d.f64()}
+	}
+	if d.err != nil || len(d.b) != 0 {
+		return objRoot{}, errCodec
+	}
+	return r, nil
+}
+
+// objError names the object an error is about.
+func objError(d keys.Digest, err error) error {
+	return fmt.Errorf("body object %s: %w", objectKey(d), err)
+}
+
+// objFetchObject fetches the object with digest d and verifies that its bytes
+// hash to its key.
+func objFetchObject(fetch func(key string) ([]byte, error), d keys.Digest) ([]byte, error) {
+	b, err := fetch(objectKey(d))
+	if err != nil {
+		return nil, objError(d, err)
+	}
+	if sha256.Sum256(b) != d {
+		return nil, objError(d, errObjDigest)
+	}
+	return b, nil
+}
+
+// objFetcher fetches objects by digest, each at most once, and verifies that
+// their bytes hash to their key.
+type objFetcher struct {
+	fetch func(key string) ([]byte, error)
+	got   map[keys.Digest][]byte
+}
+
+func (f *objFetcher) get(d keys.Digest) ([]byte, error) {
+	if b, ok := f.got[d]; ok {
+		return b, nil
+	}
+	b, err := objFetchObject(f.fetch, d)
+	if err != nil {
+		return nil, err
+	}
+	if f.got == nil {
+		f.got = make(map[keys.Digest][]byte)
+	}
+	f.got[d] = b
+	return b, nil
+}
+
+// assembleCheckpointBody reads the body whose root has digest root: it
+// fetches the root and every leaf and conversation chunk it names (each
+// distinct object once; fetch may serve them from a cache, or from fetches
+// started in parallel with the root's objectKeys), verifies that each object's
+// bytes hash to its key, and decodes them, checking every type, version, count
+// and length. It returns exactly the files, conversation (nil when it was
+// nil) and artifacts that splitCheckpointBody was given, or an error that
+// names the object that is missing or wrong. Files and artifacts are never
+// nil. Memory is allocated in proportion to the bytes fetched, never to counts
+// an object merely declares.
+func assembleCheckpointBody(root keys.Digest, fetch func(key string) ([]byte, error)) (files []cairn.Entry, conv json.RawMessage, artifacts []cairn.Artifact, err error) {
+	f := objFetcher{fetch: fetch}
+	b, err := f.get(root)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	r, err := objDecodeRoot(b)
+	if err != nil {
+		return nil, nil, nil, objError(root, err)
+	}
+	leaves := make([][]byte, len(r.leaves))
+	total := 0
+	for i, p := range r.leaves {
+		if leaves[i], err = f.get(p.digest); err != nil {
+			return nil, nil, nil, err
+		}
+		if n, err := objLeafCount(leaves[i]); err != nil || n != p.n {
+			return nil, nil, nil, objError(p.digest, errCodec)
+		}
+		total += p.n
+	}
+	files = make([]cairn.Entry, total)
+	at := 0
+	for i, p := range r.leaves {
+		if err := objDecodeLeafInto(leaves[i], files[at:at+p.n]); err != nil {
+			return nil, nil, nil, objError(p.digest, err)
+		}
+		at += p.n
+	}
+	if r.convPresent {
+		chunks := make([][]byte, len(r.conv))
+		total := 0
+		for i, p := range r.conv {
+			if chunks[i], err = f.get(p.digest); err != nil {
+				return nil, nil, nil, err
+			}
+			if _, ok := objHeader(chunks[i], objTypeConv); !ok || len(chunks[i])-2 != p.n {
+				return nil, nil, nil, objError(p.digest, errCodec)
+			}
+			total += p.n
+		}
+		conv = make(json.RawMessage, 0, total)
+		for _, c := range chunks {
+			conv = append(conv, c[2:]...)
+		}
+	}
+	return files, conv, r.artifacts, nil
+}
+
+// objRefKey is a blob key as a reference chunk holds it.
+type objRefKey [objRefKeyLen]byte
+
+func (k *objRefKey) String() string {
+	p := cairn.ArtifactBlobPrefix
+	if k[0] == 1 {
+		p = cairn.FileBlobPrefix
+	}
+	return p + hex.EncodeToString(k[1:])
+}
+
+// objDecodeRefKeys decodes a reference chunk into its keys, which it checks are
+// of a known namespace and strictly increasing.
+func objDecodeRefKeys(b []byte) ([]objRefKey, error) {
+	d, ok := objHeader(b, objTypeRefs)
+	if !ok {
+		return nil, errCodec
+	}
+	n := d.count(objRefKeyLen)
+	if d.err != nil || n < 1 || n > objRefMax || len(d.b) != n*objRefKeyLen {
+		return nil, errCodec
+	}
+	out := make([]objRefKey, n)
+	for i := range out {
+		copy(out[i][:], d.b[i*objRefKeyLen:])
+		if out[i][0] > 1 || i > 0 && bytes.Compare(out[i-1][:], out[i][:]) >= 0 {
+			return nil, errCodec
+		}
+	}
+	return out, nil
+}
+
+// decodeRefChunk decodes a reference chunk into its blob keys, in sorted
+// order.
+func decodeRefChunk(b []byte) ([]string, error) {
+	ks, err := objDecodeRefKeys(b)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(ks))
+	for i := range ks {
+		out[i] = ks[i].String()
+	}
+	return out, nil
+}
+
+// countReferences computes exact blob reference counts from the reference
+// chunk lists of the live checkpoints (one listing per checkpoint, its chunk
+// digests in the order it lists them). A key's count is the number of
+// listings that name the chunk holding it, summed over the chunks that hold
+// it; within a listing a key must be in exactly one chunk, which is checked
+// (the listing's chunks must hold strictly increasing keys). Each distinct
+// chunk is fetched once, in digest order, and verified as
+// assembleCheckpointBody verifies objects. The result is sorted by key and
+// holds only keys with a count above zero.
+func countReferences(listings [][]keys.Digest, fetch func(key string) ([]byte, error)) ([]cairn.BlobReference, error) {
+	listed := make(map[keys.Digest]int)
+	var distinct []keys.Digest
+	for _, l := range listings {
+		for _, d := range l {
+			if listed[d] == 0 {
+				distinct = append(distinct, d)
+			}
+			listed[d]++
+		}
+	}
+	slices.SortFunc(distinct, func(a, b keys.Digest) int { return bytes.Compare(a[:], b[:]) })
+	type span struct{ first, last objRefKey }
+	spans := make(map[keys.Digest]span, len(distinct))
+	counts := make(map[objRefKey]int)
+	for _, d := range distinct {
+		b, err := objFetchObject(fetch, d)
+		if err != nil {
+			return nil, err
+		}
+		ks, err := objDecodeRefKeys(b)
+		if err != nil {
+			return nil, objError(d, err)
+		}
+		spans[d] = span{ks[0], ks[len(ks)-1]}
+		for _, k := range ks {
+			counts[k] += listed[d]
+		}
+	}
+	for i, l := range listings {
+		for j := 1; j < len(l); j++ {
+			if a, b := spans[l[j-1]].last, spans[l[j]].first; bytes.Compare(a[:], b[:]) >= 0 {
+				return nil, fmt.Errorf("%w: listing %d: reference chunks %s and %s are out of order or overlap",
+					errCodec, i, objectKey(l[j-1]), objectKey(l[j]))
+			}
+		}
+	}
+	sorted := make([]objRefKey, 0, len(counts))
+	for k := range counts {
+		sorted = append(sorted, k)
+	}
+	slices.SortFunc(sorted, func(a, b objRefKey) int { return bytes.Compare(a[:], b[:]) })
+	out := make([]cairn.BlobReference, len(sorted))
+	for i := range sorted {
+		out[i] = cairn.BlobReference{Key: sorted[i].String(), References: counts[sorted[i]]}
+	}
+	return out, nil
+}
