@@ -37,6 +37,10 @@ type Metrics struct {
 	verifyProblems     prometheus.Gauge
 	verifyRepaired     prometheus.Counter
 	busyThreadsSkipped prometheus.Counter
+	// The online sweep protocol.
+	marked, aborted    prometheus.Counter
+	claimed, unsettled prometheus.Gauge
+	waitingCandidates  prometheus.Gauge
 }
 
 // NewMetrics creates the metrics on a new registry. dryRun sets the dry_run
@@ -83,10 +87,20 @@ func NewMetrics(dryRun bool) *Metrics {
 			"Garbage records deleted by --verify --repair."))),
 		busyThreadsSkipped: prometheus.NewCounter(prometheus.CounterOpts(f("busy_threads_skipped_total",
 			"Threads the prune skipped because a writer held them."))),
+		marked: prometheus.NewCounter(prometheus.CounterOpts(f("marked_blobs_total",
+			"Blobs found unreferenced and unclaimed for the first time: their grace started."))),
+		aborted: prometheus.NewCounter(prometheus.CounterOpts(f("aborted_deletes_total",
+			"Deletes called off because a capture claimed the blob after the sweep read it."))),
+		claimed: prometheus.NewGauge(prometheus.GaugeOpts(f("claimed_blobs",
+			"Unreferenced blobs the last sweep found claimed by a capture that had not appended yet."))),
+		unsettled: prometheus.NewGauge(prometheus.GaugeOpts(f("unsettled_deletes",
+			"Blobs an earlier run left in the deleting state (outcome unknown) that the last sweep deleted again."))),
+		waitingCandidates: prometheus.NewGauge(prometheus.GaugeOpts(f("waiting_candidates",
+			"Unreferenced, unclaimed blobs whose grace had not passed at the last sweep."))),
 	}
 	r.MustRegister(m.runs, m.deleted, m.freed, m.deleteFailures, m.pruned, m.duration, m.lastSuccess, m.lastRun,
 		m.dryRun, m.lockHeld, m.bucketBlobs, m.bucketBytes, m.unreferenced, m.references, m.verifyProblems,
-		m.verifyRepaired, m.busyThreadsSkipped)
+		m.verifyRepaired, m.busyThreadsSkipped, m.marked, m.aborted, m.claimed, m.unsettled, m.waitingCandidates)
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts(f("build_info", "Always 1; the labels describe the binary.")),
 		[]string{"version", "goversion"})
@@ -142,6 +156,11 @@ func (m *Metrics) observe(rep RunReport, err error) {
 		m.bucketBytes.Set(float64(rep.Sweep.ListedBytes))
 		m.unreferenced.Set(float64(rep.Sweep.Candidates))
 		m.references.Set(float64(rep.Sweep.References))
+		m.marked.Add(float64(rep.Sweep.Marked))
+		m.aborted.Add(float64(len(rep.Sweep.Aborted)))
+		m.claimed.Set(float64(rep.Sweep.Claimed))
+		m.unsettled.Set(float64(rep.Sweep.Unsettled))
+		m.waitingCandidates.Set(float64(rep.Sweep.Waiting))
 	}
 	if rep.Verify != nil {
 		m.verifyProblems.Set(float64(len(rep.Verify.Problems)))

@@ -267,6 +267,7 @@ func TestRun(t *testing.T) {
 			`runs_total{result="success"}`: 1, "deleted_blobs_total": 7, "pruned_checkpoints_total": 2,
 			"freed_bytes_total": float64(rep.Sweep.BytesFreed), "lock_held": 0, "bucket_blobs": 10,
 			"unreferenced_blobs": 7, "referenced_blob_keys": 3, "verify_problems": 0, "dry_run": 0,
+			"marked_blobs_total": 7, "aborted_deletes_total": 0, "claimed_blobs": 0, "unsettled_deletes": 0, "waiting_candidates": 0,
 		} {
 			equal(t, name, gauge(t, m, name), want)
 		}
