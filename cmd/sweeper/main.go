@@ -1,7 +1,9 @@
 // Command sweeper keeps a cairn checkpoint store's bucket small: it keeps the
 // newest --keep checkpoints of every thread, then deletes the blobs that no
-// checkpoint references and that are older than --older-than. Only one
-// sweeper acts at a time, under an etcd lock.
+// checkpoint references, no capture has claimed, and that have been
+// unreferenced for --older-than. It is safe to run while captures run (the
+// online sweep protocol of package sweep). Only one sweeper acts at a time,
+// under an etcd lock.
 //
 // Run it from cron with --once, whose exit code tells the outcome, or as a
 // daemon with --interval. See the README or sweeper --help for the flags,
