@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -88,16 +89,22 @@ func (s *Store) MarkBlobs(ctx context.Context, blobKeys []string, since float64)
 	}
 	blobs := blobsOf(cairn.SortedKeys(blobKeys))
 	n := s.batchOf(recordBatch, 2, 0)
-	var out []cairn.GCRecord
-	for i := 0; i < len(blobs); i += n {
-		recs, err := s.markBatch(ctx, blobs[i:min(i+n, len(blobs))], since)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, recs...)
+	parts := make([][]cairn.GCRecord, (len(blobs)+n-1)/n)
+	err := forEach(ctx, len(parts), collectParallel, func(ctx context.Context, i int) (err error) {
+		parts[i], err = s.markBatch(ctx, blobs[i*n:min((i+1)*n, len(blobs))], since)
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
-	return out, nil
+	return slices.Concat(parts...), nil
 }
+
+// collectParallel is how many batches of a sweeper's step (mark, begin,
+// settle, drop) one call sends at once. The batches touch disjoint keys, and
+// etcd commits concurrent requests together, so a sweep of many keys takes a
+// fraction of the time of one batch after the other.
+const collectParallel = 16
 
 func (s *Store) markBatch(ctx context.Context, batch []keys.Blob, since float64) ([]cairn.GCRecord, error) {
 	value := gcValue(gcCandidateByte, since)
@@ -247,15 +254,15 @@ func (s *Store) moveRecords(ctx context.Context, recs []cairn.GCRecord, m record
 		per = 3
 	}
 	n := s.batchOf(recordBatch, per, 0)
-	var out []cairn.GCRecord
-	for i := 0; i < len(recs); i += n {
-		moved, err := s.moveBatch(ctx, recs[i:min(i+n, len(recs))], m)
-		if err != nil {
-			return nil, fmt.Errorf("etcdstore: %s: %w", m.op, err)
-		}
-		out = append(out, moved...)
+	parts := make([][]cairn.GCRecord, (len(recs)+n-1)/n)
+	err := forEach(ctx, len(parts), collectParallel, func(ctx context.Context, i int) (err error) {
+		parts[i], err = s.moveBatch(ctx, recs[i*n:min((i+1)*n, len(recs))], m)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcdstore: %s: %w", m.op, err)
 	}
-	return out, nil
+	return slices.Concat(parts...), nil
 }
 
 func (s *Store) moveBatch(ctx context.Context, batch []cairn.GCRecord, m recordMove) ([]cairn.GCRecord, error) {
