@@ -335,6 +335,7 @@ func (s *sweeper) deleteBatch(ctx context.Context, batch []target) error {
 			fresh = append(fresh, t.rec)
 		}
 	}
+	began := time.Now()
 	moved, err := s.col.BeginBlobDeletes(ctx, fresh)
 	if err != nil {
 		for _, t := range batch {
@@ -361,7 +362,21 @@ func (s *sweeper) deleteBatch(ctx context.Context, batch []target) error {
 	for i, r := range ready {
 		keys[i] = r.Key
 	}
-	res, derr := s.blobs.Delete(ctx, keys)
+	dctx := ctx
+	if w := s.opts.DeleteWithin; w > 0 {
+		if late := time.Since(began); late >= w {
+			// Paused, or slow: another sweeper may hold the lock by now
+			// and have settled these keys. Leave them to it.
+			rep.Pending = append(rep.Pending, keys...)
+			s.log.ErrorContext(ctx, "the batch's delete did not start within its bound after the keys moved to deleting; not sent, a later run settles them; sweep stopped",
+				"phase", "delete", "batch", rep.Batches, "keys", len(keys), "late", late.String(), "bound", w.String())
+			return fmt.Errorf("%w: the delete of %d keys would start %v after they moved to deleting, past the bound of %v", ErrStopped, len(keys), late.Round(time.Millisecond), w)
+		}
+		var cancel context.CancelFunc
+		dctx, cancel = context.WithDeadline(ctx, began.Add(w))
+		defer cancel()
+	}
+	res, derr := s.blobs.Delete(dctx, keys)
 	if h := s.opts.hooks; h != nil && h.afterDelete != nil {
 		h.afterDelete(ctx, res, derr)
 	}

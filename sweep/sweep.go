@@ -68,6 +68,16 @@ type Options struct {
 	// ErrStopped). The sweeper uses it to check that it still holds its lock
 	// and to record its progress.
 	BeforeDelete func(ctx context.Context, batch []string) error
+	// DeleteWithin bounds, for the online protocol, the time from the start
+	// of a batch's move to the deleting state to the end of its S3 delete:
+	// past it the batch is not sent (or its request is cancelled), its keys
+	// stay in the deleting state and a later run settles them. A sweeper
+	// under a lock sets it to a third of the lock's TTL, so that a sweeper
+	// paused after moving keys to deleting cannot delete them once another
+	// sweeper has taken the lock, settled them, and a writer has uploaded
+	// them again: S3 takes no fencing token, time is the only fence. Zero is
+	// no bound.
+	DeleteWithin time.Duration
 	// Logger receives the sweep's log records. Nil discards them.
 	Logger *slog.Logger
 
@@ -215,6 +225,8 @@ func (o Options) validate() (Options, error) {
 		return bad("BatchSize must be between 1 and %d, got %d", bucket.MaxDeleteKeys, o.BatchSize)
 	case o.PageSize < 0:
 		return bad("PageSize must not be negative, got %d", o.PageSize)
+	case o.DeleteWithin < 0:
+		return bad("DeleteWithin must not be negative, got %v", o.DeleteWithin)
 	}
 	if o.Now == nil {
 		o.Now = time.Now

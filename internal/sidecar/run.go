@@ -247,6 +247,10 @@ func (s *Sweeper) phases(ctx, stop context.Context, held *heldLock, st *Status, 
 		MaxDeletes:   s.opts.MaxDeletes,
 		BatchSize:    s.opts.BatchSize,
 		BeforeDelete: before,
+		// A run paused after moving keys to deleting must not delete them
+		// once its lock has expired (after two thirds of the TTL at the
+		// earliest) and the next run has settled them.
+		DeleteWithin: s.opts.LockTTL / 3,
 		Logger:       log,
 	})
 	if errors.Is(err, etcdstore.ErrGuardFailed) {
