@@ -25,6 +25,7 @@ import (
 	"github.com/cairnstore/cairn/etcdstore"
 	"github.com/cairnstore/cairn/integration/internal/harness"
 	"github.com/cairnstore/cairn/internal/s3test"
+	"github.com/cairnstore/cairn/internal/sidecar"
 	"github.com/cairnstore/cairn/keys"
 )
 
@@ -89,12 +90,12 @@ const (
 // byte for byte, no GC record may be left deleting, a final --verify run and
 // Verify must be clean, and the members must agree.
 //
-// WithoutClaimsLosesBlobs runs the same writers, sweeper binary and faults,
-// with plain sweeper runs only and writers that do not claim
-// (bucket.PutBlobs); it stops at the first checkpoint that references a
-// missing blob and fails if none does within 15s, so that the first half is
-// known to have teeth. CAIRN_ONLINE (else CAIRN_CAMPAIGN) sets the length of
-// the first half.
+// WithoutClaimsLosesBlobs runs the same writers and sweeper binary on the
+// same cluster, with writers that do not claim (bucket.PutBlobs), plain
+// sweeper runs and no faults (which only slow the runs down); it stops at the
+// first checkpoint that references a missing blob and fails if none does
+// within 15s, so that the first half is known to have teeth. CAIRN_ONLINE
+// (else CAIRN_CAMPAIGN) sets the length of the first half.
 func TestOnlineSweepDuringFaults(t *testing.T) {
 	d := onlineDuration(t)
 	cluster := startCluster(t)
@@ -102,7 +103,7 @@ func TestOnlineSweepDuringFaults(t *testing.T) {
 
 	t.Run("Claims", func(t *testing.T) {
 		e := newOnlineEnv(t, cluster, bin, "cairn-online/", true)
-		res := e.run(d, onlineRunKinds, false)
+		res := e.run(onlineConfig{d: d, kinds: onlineRunKinds, faults: true})
 		res.log(t, "claims")
 		if res.lost.Load() > 0 {
 			t.Errorf("%d checkpoints referenced missing blobs; the first: %v", res.lost.Load(), res.firstLoss())
@@ -122,7 +123,7 @@ func TestOnlineSweepDuringFaults(t *testing.T) {
 			return
 		}
 		e := newOnlineEnv(t, cluster, bin, "cairn-online-noclaims/", false)
-		res := e.run(min(d, 15*time.Second), []string{runPlain}, true)
+		res := e.run(onlineConfig{d: 15 * time.Second, kinds: []string{runPlain}, stopOnLoss: true})
 		res.log(t, "without claims")
 		if res.lost.Load() == 0 {
 			t.Errorf("writers that do not claim lost no blob in %d appends and %d sweeper runs: the test has no teeth",
@@ -210,14 +211,14 @@ type onlineResult struct {
 	failures                            map[string]int // captures not counted, by reason
 	losses                              []error
 	// Sweeper.
-	runs, killed, killMissed, pausedPast, pausedShort, hung atomic.Int64
-	deleted, aborted, unsettled, marked, pruned             atomic.Int64
-	leftCandidates, leftDeleting                            atomic.Int64
-	exits                                                   map[int]int
-	killedBy                                                map[string]int
-	pausedExits                                             map[string]int // result of the paused run
-	faults                                                  int
-	duration                                                time.Duration
+	runs, killed, killMissed, pausedPast, pausedShort, pauseLate, pauseUnchecked, hung atomic.Int64
+	deleted, aborted, unsettled, marked, pruned                                        atomic.Int64
+	leftCandidates, leftDeleting                                                       atomic.Int64
+	exits                                                                              map[int]int
+	killedBy                                                                           map[string]int
+	pausedExits                                                                        map[string]int // result of the paused run
+	faults                                                                             int
+	duration                                                                           time.Duration
 }
 
 func newOnlineResult() *onlineResult {
@@ -259,9 +260,9 @@ func (r *onlineResult) log(t *testing.T, name string) {
 	t.Logf("%s: %v of workload, %d faults; writers: %d captures, %d appended (%d found appended by Retry, %d by the head after an unknown outcome), %d blobs reused, %d uploaded, %d checkpoints lost blobs; not counted: %s",
 		name, r.duration.Round(time.Millisecond), r.faults, r.captures.Load(), r.appends.Load(), r.retried.Load(), r.resolvedByHead.Load(),
 		r.reused.Load(), r.uploaded.Load(), r.lost.Load(), sortedCounts(r.failures))
-	t.Logf("%s: sweeper: %d runs (exit codes %s), %d killed (%s; %d runs ended before their kill point), %d paused past their lock's TTL (paused run's result: %s), %d paused but kept their lock, %d hung; %d checkpoints pruned, %d blobs marked, %d deleted, %d deletes called off by a claim, %d unsettled deletes settled by a later run; left by killed runs: %d candidate and %d deleting records",
+	t.Logf("%s: sweeper: %d runs (exit codes %s), %d killed (%s; %d runs ended before their kill point), %d paused past their lock's TTL (paused run's result: %s), %d paused but kept their lock, %d paused too late (past the check before a delete batch) and %d whose progress could not be read, killed instead, %d hung; %d checkpoints pruned, %d blobs marked, %d deleted, %d deletes called off by a claim, %d unsettled deletes settled by a later run; left by killed runs: %d candidate and %d deleting records",
 		name, r.runs.Load(), sortedCounts(r.exits), r.killed.Load(), sortedCounts(r.killedBy), r.killMissed.Load(), r.pausedPast.Load(),
-		sortedCounts(r.pausedExits), r.pausedShort.Load(), r.hung.Load(), r.pruned.Load(), r.marked.Load(), r.deleted.Load(), r.aborted.Load(),
+		sortedCounts(r.pausedExits), r.pausedShort.Load(), r.pauseLate.Load(), r.pauseUnchecked.Load(), r.hung.Load(), r.pruned.Load(), r.marked.Load(), r.deleted.Load(), r.aborted.Load(),
 		r.unsettled.Load(), r.leftCandidates.Load(), r.leftDeleting.Load())
 }
 
@@ -277,14 +278,26 @@ func sortedCounts[K comparable](m map[K]int) string {
 	return strings.Join(parts, ", ")
 }
 
-// run runs the writers, the sweeper loop (runs of the given kinds, in turn)
-// and the fault injector for d, or with stopOnLoss until the first loss,
-// then heals the cluster.
-func (e *onlineEnv) run(d time.Duration, kinds []string, stopOnLoss bool) *onlineResult {
+// onlineConfig says how one half of the test runs.
+type onlineConfig struct {
+	d time.Duration
+	// kinds are the kinds of sweeper run, in turn.
+	kinds []string
+	// faults runs the fault injector beside the workload.
+	faults bool
+	// stopOnLoss ends the workload at the first loss, which is then not a
+	// test failure.
+	stopOnLoss bool
+}
+
+// run runs the writers, the sweeper loop and the fault injector for cfg.d, or
+// with cfg.stopOnLoss until the first loss, then heals the cluster.
+func (e *onlineEnv) run(cfg onlineConfig) *onlineResult {
+	d, kinds, stopOnLoss := cfg.d, cfg.kinds, cfg.stopOnLoss
 	t := e.t
 	res := newOnlineResult()
 	seed := uint64(time.Now().UnixNano())
-	t.Logf("online workload: %v, seed %d, claims %v", d, seed, e.claims)
+	t.Logf("online workload: %v, seed %d, claims %v, faults %v", d, seed, e.claims, cfg.faults)
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	lose := func(err error) {
@@ -302,11 +315,13 @@ func (e *onlineEnv) run(d time.Duration, kinds []string, stopOnLoss bool) *onlin
 	}
 	wg.Go(func() { e.sweeperLoop(ctx, kinds, res) })
 	faults := &faultInjector{t: t, cluster: e.cluster, r: rand.New(rand.NewPCG(seed, 7))}
-	wg.Go(func() {
-		if err := faults.run(ctx); err != nil {
-			t.Errorf("fault injection: %v", err)
-		}
-	})
+	if cfg.faults {
+		wg.Go(func() {
+			if err := faults.run(ctx); err != nil {
+				t.Errorf("fault injection: %v", err)
+			}
+		})
+	}
 	wg.Wait()
 	res.duration = time.Since(start)
 	res.faults = len(faults.applied)
@@ -750,28 +765,37 @@ func intersect(a, b []string) []string {
 
 // pausedRun stops a run with SIGSTOP right after its read, when the read
 // leaves it something to mark or delete, starts the next run, which waits for
-// the lock, keeps the first one stopped for more than twice the lock's TTL
-// and until the next run has taken the lock, then continues it. A paused run
-// that lost its lock must not change anything after it wakes: its writes
-// carry the lock's guard.
+// the lock, keeps the first one stopped for more than twice the lock's TTL,
+// until the next run has taken the lock and ended, then continues it. A
+// paused run that lost its lock must change nothing after it wakes: its
+// writes carry the lock's guard, and the check before each delete batch
+// fails.
+//
+// The stop lands a little after the log line that triggers it. A run that had
+// already passed the check before a delete batch is killed rather than
+// continued: its S3 delete is not guarded, which is a known gap that
+// TestSweeperPausedAfterBeginningADelete shows, not what this run tests.
 func (e *onlineEnv) pausedRun(ctx context.Context, i int, res *onlineResult) (hit bool, err error) {
 	stopped := make(chan struct{})
 	var a *sweeperProc
 	ready := make(chan struct{})
 	listed := -1
+	var runA string
 	args, env := e.sweeperArgs("--lock-timeout=15s")
 	a, err = startSweeperProc(fmt.Sprintf("run-%d-paused", i), e.bin, args, env, e, func(l string) {
 		var m struct {
 			Msg        string `json:"msg"`
+			RunID      string `json:"run_id"`
 			Listed     int    `json:"listed"`
 			Referenced int    `json:"referenced"`
-			Claimed    int    `json:"claimed"`
 			Records    int    `json:"records"`
 		}
 		if json.Unmarshal([]byte(l), &m) != nil {
 			return
 		}
 		switch m.Msg {
+		case "sweeper lock taken; run started":
+			runA = m.RunID
 		case "bucket listed":
 			listed = m.Listed
 		case "references read":
@@ -798,12 +822,17 @@ func (e *onlineEnv) pausedRun(ctx context.Context, i int, res *onlineResult) (hi
 		return false, nil
 	}
 	stoppedAt := time.Now()
+	lockRevB := int64(0)
 	locked := make(chan struct{})
-	var lockOnce sync.Once
 	argsB, _ := e.sweeperArgs("--lock-timeout=20s")
 	b, err := startSweeperProc(fmt.Sprintf("run-%d-next", i), e.bin, argsB, env, e, func(l string) {
-		if strings.Contains(l, `"msg":"sweeper lock taken; run started"`) {
-			lockOnce.Do(func() { close(locked) })
+		var m struct {
+			Msg     string `json:"msg"`
+			LockRev int64  `json:"lock_revision"`
+		}
+		if json.Unmarshal([]byte(l), &m) == nil && m.Msg == "sweeper lock taken; run started" && lockRevB == 0 {
+			lockRevB = m.LockRev
+			close(locked)
 		}
 	})
 	if err != nil {
@@ -817,50 +846,153 @@ func (e *onlineEnv) pausedRun(ctx context.Context, i int, res *onlineResult) (hi
 	case <-b.done:
 	case <-time.After(25 * time.Second):
 	}
+	codeB, okB := b.wait(onlineRunCap)
+	countRun(b, res)
+	res.exit(codeB)
 	if wait := 2*onlineLockTTL + 500*time.Millisecond - time.Since(stoppedAt); wait > 0 {
 		time.Sleep(wait)
 	}
-	stoppedFor := time.Since(stoppedAt)
-	a.signal(syscall.SIGCONT)
-	codeA, okA := a.wait(onlineRunCap)
-	codeB, okB := b.wait(onlineRunCap)
-	countRun(a, res)
-	countRun(b, res)
-	res.exit(codeA)
-	res.exit(codeB)
-	if !okA || !okB {
+	if !okB {
 		res.hung.Add(1)
-		e.t.Logf("sweeper run %d (paused %v, next %v): still going after %v; killed", i, okA, okB, onlineRunCap)
+		e.t.Logf("sweeper run %d (the one after a paused run): still going after %v; killed", i, onlineRunCap)
+	}
+	finish := func() int {
+		code, ok := a.wait(onlineRunCap)
+		countRun(a, res)
+		res.exit(code)
+		if !ok {
+			res.hung.Add(1)
+			e.t.Logf("sweeper run %d (paused): still going after %v; killed", i, onlineRunCap)
+		}
+		return code
 	}
 	if !past {
+		// Its session outlived the stop (a leader change renews leases):
+		// it still holds its lock and may go on.
 		res.pausedShort.Add(1)
+		a.signal(syscall.SIGCONT)
+		finish()
 		return false, nil
 	}
+	// What the paused run had done when the next run took the lock: its
+	// status record then is its last write that could succeed.
+	last, err := e.statusAt(ctx, lockRevB)
+	switch {
+	case err != nil:
+		a.kill()
+		finish()
+		res.pauseUnchecked.Add(1)
+		e.t.Logf("sweeper run %d (paused): its status at revision %d cannot be read (%v); killed rather than continued", i, lockRevB, err)
+		return false, nil
+	case last.RunID == runA && last.Phase == "deleting":
+		a.kill()
+		finish()
+		res.pauseLate.Add(1)
+		return false, nil
+	}
+	rc, err := e.revision(ctx)
+	if err != nil {
+		a.kill()
+		finish()
+		res.pauseUnchecked.Add(1)
+		return false, nil
+	}
+	stoppedFor := time.Since(stoppedAt)
+	before := len(a.log())
+	a.signal(syscall.SIGCONT)
+	codeA := finish()
 	res.pausedPast.Add(1)
-	result := "exit " + fmt.Sprint(codeA)
+	result, why := "exit "+fmt.Sprint(codeA), ""
 	if s := a.logged(`"phase":"summary"`); len(s) > 0 {
 		var m struct {
 			Result string `json:"result"`
+			Error  string `json:"error"`
 		}
 		if json.Unmarshal([]byte(s[len(s)-1]), &m) == nil {
 			result += " " + m.Result
+			why = m.Error
 		}
 	}
 	res.mu.Lock()
 	res.pausedExits[result]++
 	res.mu.Unlock()
-	// Everything the paused run logged after its read was logged after it
-	// woke up without its lock.
-	if dl := a.logged(`"msg":"batch deleted"`); len(dl) > 0 {
-		return false, fmt.Errorf("a run paused for %v after its read, whose lock the next run took meanwhile, deleted blobs after it woke up: %s", stoppedFor.Round(time.Millisecond), dl[0])
-	}
-	for _, l := range a.logged(`"msg":"sweep finished"`) {
-		if r := parseSweepFinished(l); r == nil || r.Marked > 0 || r.Dropped > 0 || r.Deleted > 0 {
-			return false, fmt.Errorf("a run paused for %v after its read, whose lock the next run took meanwhile, finished a sweep that changed records or blobs: %s",
-				stoppedFor.Round(time.Millisecond), l)
+	e.t.Logf("sweeper run %d: stopped for %v after its read while run %d-next took the lock (revision %d); continued, it ended with %s %s",
+		i, time.Since(stoppedAt).Round(time.Millisecond), i, lockRevB, result, why)
+	// A run that woke to nothing to do tested little: the next pause
+	// should find one with something to mark or delete.
+	hit = strings.Contains(result, "lock_lost")
+	// It changed nothing after it woke: no delete batch, no GC record or
+	// status written since (no other sweeper runs now, and writers only
+	// remove GC records).
+	what := fmt.Sprintf("a run paused for %v after its read, whose lock the next run took meanwhile", stoppedFor.Round(time.Millisecond))
+	for _, l := range a.log()[before:] {
+		if strings.Contains(l, `"msg":"batch deleted"`) {
+			return false, fmt.Errorf("%s deleted blobs after it woke up: %s", what, l)
 		}
 	}
-	return true, nil
+	written, err := e.writtenSince(ctx, rc)
+	if err != nil {
+		e.t.Logf("sweeper run %d (paused): cannot read what changed since it woke: %v", i, err)
+		return hit, nil
+	}
+	if len(written) > 0 {
+		return false, fmt.Errorf("%s wrote %d keys after it woke up, the first %q", what, len(written), written[0])
+	}
+	return hit, nil
+}
+
+// revision returns the cluster's current revision.
+func (e *onlineEnv) revision(ctx context.Context) (int64, error) {
+	for try := 0; ; try++ {
+		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		resp, err := e.cli.Get(rctx, "cairn-online-probe")
+		cancel()
+		if err == nil {
+			return resp.Header.Revision, nil
+		}
+		if try == 4 || ctx.Err() != nil {
+			return 0, err
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// statusKey is the key of the sweeper's status record.
+func (e *onlineEnv) statusKey() string {
+	return string(e.layout.Locks()) + sidecar.LockName + "-status"
+}
+
+// statusAt returns the sweeper's status record at revision rev.
+func (e *onlineEnv) statusAt(ctx context.Context, rev int64) (sidecar.Status, error) {
+	var st sidecar.Status
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := e.cli.Get(rctx, e.statusKey(), clientv3.WithRev(rev))
+	if err != nil || len(resp.Kvs) == 0 {
+		return st, err
+	}
+	return st, json.Unmarshal(resp.Kvs[0].Value, &st)
+}
+
+// writtenSince returns the GC records and the status record written after
+// revision rev.
+func (e *onlineEnv) writtenSince(ctx context.Context, rev int64) ([]string, error) {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var out []string
+	for _, q := range []struct {
+		key  string
+		opts []clientv3.OpOption
+	}{{string(e.layout.GCRecords()), []clientv3.OpOption{clientv3.WithPrefix()}}, {e.statusKey(), nil}} {
+		resp, err := e.cli.Get(rctx, q.key, append(q.opts, clientv3.WithMinModRev(rev+1))...)
+		if err != nil {
+			return nil, err
+		}
+		for _, kv := range resp.Kvs {
+			out = append(out, string(kv.Key))
+		}
+	}
+	return out, nil
 }
 
 // finalChecks runs after the workload and the heal: a last sweeper run with
