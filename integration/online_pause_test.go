@@ -1,0 +1,186 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/bucket"
+	"github.com/cairnstore/cairn/etcdstore"
+)
+
+// envPausedDelete runs TestSweeperPausedAfterBeginningADelete, which fails
+// today: see the test.
+const envPausedDelete = "CAIRN_PAUSED_DELETE"
+
+// TestSweeperPausedAfterBeginningADelete stops a sweeper run with SIGSTOP
+// right after it moved a garbage key to the deleting state and before its
+// delete request reached the bucket, keeps it stopped until the next run has
+// taken the lock and settled the key (deleted it, removed the record), lets a
+// writer claim the key, upload it again and append a checkpoint that
+// references it, and then continues the stopped run. The stopped run lost its
+// lock, so it should change nothing, and the checkpoint's blob should still be
+// there.
+//
+// It is not: the S3 delete is the one write of a run that carries no lock
+// guard, and nothing checks the lock between the guarded move to deleting
+// (BeginBlobDeletes) and the DeleteObjects request, so the woken run deletes
+// the blob that the head now references, and only its settle fails the
+// guard. The window is narrow (a stop of more than the lock's TTL between
+// two steps of a batch), but the test hits it within a few attempts. It is a
+// known gap of the protocol, so the test runs only when CAIRN_PAUSED_DELETE
+// is set; it does not run in the fault campaign, where it would be a loss.
+func TestSweeperPausedAfterBeginningADelete(t *testing.T) {
+	if os.Getenv(envPausedDelete) == "" {
+		t.Skipf("known gap: a sweeper run stopped after moving keys to deleting and before its S3 delete sends the delete when it wakes, without its lock; set %s=1 to run", envPausedDelete)
+	}
+	cluster := startCluster(t)
+	bin := buildSweeper(t)
+	e := newOnlineEnv(t, cluster, bin, "cairn-paused-delete/", true)
+	e.pausedDeleteProbe(t)
+}
+
+func (e *onlineEnv) pausedDeleteProbe(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cli, err := e.cluster.Client(e.cluster.Endpoints()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	store, err := etcdstore.New(cli, e.prefix, etcdstore.Options{Options: cairn.Options{LeaseDuration: onlineLease, RenewAfter: onlineLease / 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	const thread = "probe"
+	turn := 0
+	// capture appends a checkpoint of the given blobs, claimed and uploaded.
+	capture := func(blobs ...bucket.Blob) (bucket.UploadResult, error) {
+		turn++
+		lease, err := store.AcquireWriter(ctx, thread)
+		if err != nil {
+			return bucket.UploadResult{}, err
+		}
+		defer lease.Release(ctx)
+		head, err := store.GetHead(ctx, thread)
+		if err != nil {
+			return bucket.UploadResult{}, err
+		}
+		cp := cairn.Checkpoint{ID: fmt.Sprintf("probe-%d", turn), ThreadID: thread, ParentCheckpointID: head,
+			CreatedAt: float64(time.Now().UnixMilli()), Reason: cairn.ReasonAutomatic, Conversation: []byte(`[]`)}
+		for i, b := range blobs {
+			cp.Files = append(cp.Files, cairn.Entry{Path: fmt.Sprintf("f%d.txt", i), Kind: cairn.KindFile, BlobKey: b.Key, Size: int64(len(b.Data))})
+		}
+		up, err := bucket.UploadBlobs(ctx, store, lease.Writer, e.bkt, blobs)
+		if err != nil {
+			return up, err
+		}
+		_, err = store.Append(ctx, cairn.AppendInput{Checkpoint: cp, ExpectedHeadID: head, Writer: lease.Writer})
+		return up, err
+	}
+	// The store is not empty: a checkpoint that references one blob.
+	if _, err := capture(e.pool[0]); err != nil {
+		t.Fatal(err)
+	}
+	args, env := e.sweeperArgs("--lock-timeout=20s", "--keep=0")
+	for attempt := 1; attempt <= 30; attempt++ {
+		garbage := bucket.FileBlob(fmt.Appendf(nil, "garbage of attempt %d\n", attempt))
+		if _, err := bucket.PutBlobs(ctx, e.bkt, []bucket.Blob{garbage}); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := cli.Get(ctx, "cairn-probe")
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, wcancel := context.WithCancel(ctx)
+		watch := cli.Watch(wctx, string(e.layout.GCRecords()), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+		a, err := startSweeperProc(fmt.Sprintf("attempt-%d-stopped", attempt), e.bin, args, env, e, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stopped := make(chan time.Time, 1)
+		go func() {
+			for resp := range watch {
+				for _, ev := range resp.Events {
+					if ev.Type == clientv3.EventTypePut && len(ev.Kv.Value) > 0 && ev.Kv.Value[0] == 'd' {
+						a.signal(syscall.SIGSTOP)
+						stopped <- time.Now()
+						return
+					}
+				}
+			}
+		}()
+		var at time.Time
+		select {
+		case at = <-stopped:
+		case <-a.done:
+		}
+		wcancel()
+		if at.IsZero() {
+			t.Logf("attempt %d: the run ended (exit %d) before it began a delete", attempt, a.code)
+			continue
+		}
+		// Did the delete request leave before the stop?
+		time.Sleep(300 * time.Millisecond)
+		if _, err := e.bkt.Head(ctx, garbage.Key); err != nil {
+			a.signal(syscall.SIGCONT)
+			code, _ := a.wait(time.Minute)
+			t.Logf("attempt %d: stopped too late, the delete had been sent (run exit %d)", attempt, code)
+			continue
+		}
+		t.Logf("attempt %d: the run is stopped with %s deleting and its bytes still in the bucket", attempt, garbage.Key)
+		// The next run takes the lock once the stopped one's session has
+		// expired, and settles the key.
+		b, err := startSweeperProc(fmt.Sprintf("attempt-%d-next", attempt), e.bin, args, env, e, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		codeB, _ := b.wait(time.Minute)
+		if codeB != 0 {
+			a.kill()
+			t.Fatalf("the next run exited %d; its log:\n%s", codeB, joinLines(b.log()))
+		}
+		_, deleting, err := e.gcSnapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("the next run settled the key after %v: %s; records deleting now: %d",
+			time.Since(at).Round(time.Millisecond), lastLine(b.logged(`"msg":"batch deleted"`)), len(deleting))
+		// A writer claims the key, finds it gone, uploads it, appends.
+		up, err := capture(e.pool[0], garbage)
+		if err != nil {
+			a.kill()
+			t.Fatalf("capture that reuses the key: %v", err)
+		}
+		t.Logf("a writer claimed the key and appended a checkpoint that references it (uploaded %d, present %d)", len(up.Uploaded), len(up.Present))
+		if _, err := bucket.ReadBlob(ctx, e.bkt, garbage.Key); err != nil {
+			t.Fatalf("the blob is missing right after the append: %v", err)
+		}
+		stoppedFor := time.Since(at)
+		a.signal(syscall.SIGCONT)
+		codeA, _ := a.wait(time.Minute)
+		t.Logf("the stopped run, continued after %v, exited %d: %s", stoppedFor.Round(time.Millisecond), codeA, lastLine(a.logged(`"phase":"summary"`)))
+		if _, err := bucket.ReadBlob(ctx, e.bkt, garbage.Key); err != nil {
+			t.Errorf("LOSS: the head references %s, which a sweeper run that had lost its lock deleted after it woke up: %v", garbage.Key, err)
+		}
+		return
+	}
+	t.Fatalf("in 30 attempts no run was stopped between beginning a delete and sending it")
+}
+
+func lastLine(lines []string) string {
+	if len(lines) == 0 {
+		return "(none)"
+	}
+	return lines[len(lines)-1]
+}
+
+func joinLines(lines []string) string { return strings.Join(lines, "\n") }
