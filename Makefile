@@ -65,7 +65,7 @@ integration: tools
 ## make campaign DURATION=30m
 DURATION ?= 10m
 campaign: tools
-	CAIRN_CAMPAIGN=$(DURATION) $(GO) test -race -count=1 -timeout 0 -v -run '^TestFaultCampaign$$' ./integration/
+	CAIRN_CAMPAIGN=$(DURATION) $(GO) test -race -count=1 -timeout 0 -v -run '^(TestFaultCampaign|TestOnlineSweepDuringFaults)$$' ./integration/
 
 ## cluster: three etcd members and versitygw on loopback, the topology of
 ## docker-compose.yml as local processes; prints the endpoints and runs until

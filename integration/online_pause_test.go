@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,31 +15,22 @@ import (
 	"github.com/cairnstore/cairn/etcdstore"
 )
 
-// envPausedDelete runs TestSweeperPausedAfterBeginningADelete, which fails
-// today: see the test.
-const envPausedDelete = "CAIRN_PAUSED_DELETE"
-
 // TestSweeperPausedAfterBeginningADelete stops a sweeper run with SIGSTOP
 // right after it moved a garbage key to the deleting state and before its
 // delete request reached the bucket, keeps it stopped until the next run has
 // taken the lock and settled the key (deleted it, removed the record), lets a
 // writer claim the key, upload it again and append a checkpoint that
 // references it, and then continues the stopped run. The stopped run lost its
-// lock, so it should change nothing, and the checkpoint's blob should still be
+// lock, so it must change nothing, and the checkpoint's blob must still be
 // there.
 //
-// It is not: the S3 delete is the one write of a run that carries no lock
-// guard, and nothing checks the lock between the guarded move to deleting
-// (BeginBlobDeletes) and the DeleteObjects request, so the woken run deletes
-// the blob that the head now references, and only its settle fails the
-// guard. The window is narrow (a stop of more than the lock's TTL between
-// two steps of a batch), but the test hits it within a few attempts. It is a
-// known gap of the protocol, so the test runs only when CAIRN_PAUSED_DELETE
-// is set; it does not run in the fault campaign, where it would be a loss.
+// The S3 delete is the one write of a run that carries no lock guard (S3
+// takes no fencing token), so what protects the blob is time: a batch's
+// delete must start and end within a third of the lock's TTL of its move to
+// deleting (sweep.Options.DeleteWithin), and the lock cannot pass to the next
+// run sooner than two thirds of the TTL after that move. Without that bound
+// the woken run deletes the blob the head references.
 func TestSweeperPausedAfterBeginningADelete(t *testing.T) {
-	if os.Getenv(envPausedDelete) == "" {
-		t.Skipf("known gap: a sweeper run stopped after moving keys to deleting and before its S3 delete sends the delete when it wakes, without its lock; set %s=1 to run", envPausedDelete)
-	}
 	cluster := startCluster(t)
 	bin := buildSweeper(t)
 	e := newOnlineEnv(t, cluster, bin, "cairn-paused-delete/", true)
