@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 
@@ -42,6 +43,16 @@ func (s *Store) Append(ctx context.Context, in cairn.AppendInput) (cairn.AppendR
 	if err := w.checkSize(); err != nil {
 		return cairn.AppendResult{}, err
 	}
+	if s.useObjects(len(w.body)) {
+		// The capacity layout: the objects go to the bucket, claimed for
+		// the lease first; the append names their root.
+		if err := w.toObjects(); err != nil {
+			return cairn.AppendResult{}, cairn.NewError(cairn.CodeInvalidEntry, "checkpoint %q: %v", in.Checkpoint.ID, err)
+		}
+		if err := s.putObjects(ctx, in.Writer, w.objects); err != nil {
+			return cairn.AppendResult{}, err
+		}
+	}
 	op := &appendOp{s: s, in: in, w: w, nonce: newNonce()}
 	if err := op.run(ctx, nil, 0); err != nil {
 		return cairn.AppendResult{}, err
@@ -55,6 +66,12 @@ type newCheckpoint struct {
 	body []byte
 	refs [keys.NumShards][][]byte
 	mask uint32
+
+	// root, for a checkpoint of the capacity layout, is the digest of its
+	// root object, and objects are the objects to put before the append
+	// (none for a fork, which names its source's root).
+	root    *keys.Digest
+	objects []object
 }
 
 func (w *newCheckpoint) refCount() int {
@@ -109,6 +126,10 @@ func (s *Store) blobs(w *newCheckpoint, thread string, seq uint64, n keys.Nonce)
 		out = chunks(w.body, func(i int) []byte { return s.layout.Chunk(thread, seq, n, i) })
 	}
 	for _, shard := range shardsOf(w.mask) {
+		if shard == keys.RootShard {
+			out = append(out, blob{key: string(s.layout.Ref(shard, thread, seq, n, 0)), value: w.root[:]})
+			continue
+		}
 		for part, v := range w.refs[shard] {
 			out = append(out, blob{key: string(s.layout.Ref(shard, thread, seq, n, part)), value: v})
 		}
@@ -126,6 +147,9 @@ func (s *Store) records(w *newCheckpoint, st threadState, seq uint64, n keys.Non
 	}
 	if meta.Chunks == 0 {
 		meta.Body = w.body
+	}
+	if w.root != nil {
+		meta.Layout, meta.Root = layoutObjects, hex.EncodeToString(w.root[:])
 	}
 	if c.ParentCheckpointID != "" {
 		meta.ParentID, meta.ParentSeq, meta.ParentCreatedAt = c.ParentCheckpointID, st.rec.HeadSeq, st.rec.HeadCreatedAt

@@ -59,7 +59,7 @@ func (s *Store) ReadBlobGC(ctx context.Context, fn func(cairn.BlobReference) err
 			view.Claimed = append(view.Claimed, k)
 		}
 	}
-	if err := s.walkRefs(ctx, rev, fn); err != nil {
+	if err := s.walkRefs(ctx, rev, true, fn); err != nil {
 		return cairn.BlobGCView{}, err
 	}
 	return view, nil
