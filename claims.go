@@ -119,7 +119,11 @@ type BlobCollector interface {
 	// ReadBlobGC calls fn for each blob reference, in the order and with the
 	// counts of ListBlobReferences, and returns the live claims and the GC
 	// records, all as of one point in time after the call began. It stops
-	// at, and returns, the first error of fn.
+	// at, and returns, the first error of fn. A store that keeps body
+	// objects of its own in the bucket (IsObjectKey) also calls fn, after
+	// the blob keys and in key order, for each object it still needs, and
+	// its claims and records may name object keys, so that a sweep keeps
+	// exactly those objects; ListBlobReferences never reports them.
 	ReadBlobGC(ctx context.Context, fn func(BlobReference) error) (BlobGCView, error)
 	// MarkBlobs creates a GCCandidate record with the given Since for each key
 	// that has neither a record nor a live claim, and returns the records it
