@@ -259,3 +259,59 @@ func (c *objCache) put(d keys.Digest, b []byte) {
 		c.size -= len(ent.b)
 	}
 }
+
+// headObjects remembers, per thread, the objects of the head this store
+// appended last in the capacity layout and the revision of the thread record
+// that append wrote. A child appended on exactly that thread record inherits
+// them: the parent is the head until the child's transaction commits, so its
+// objects stay referenced throughout, and need neither a claim nor a put
+// (the first of the three ways in "The rule both sides keep").
+type headObjects struct {
+	mu sync.Mutex
+	m  map[string]headSet
+}
+
+type headSet struct {
+	head string
+	rev  int64
+	set  map[keys.Digest]struct{}
+}
+
+// split returns the objects of objs that the head of thread has not, when
+// head is the head this store appended last there; the others, and the
+// thread record revision they are inherited on.
+func (h *headObjects) split(thread, head string, objs []object) (fresh, inherited []object, rev int64) {
+	h.mu.Lock()
+	hs, ok := h.m[thread]
+	h.mu.Unlock()
+	if !ok || head == "" || hs.head != head {
+		return objs, nil, 0
+	}
+	for _, o := range objs {
+		if _, ok := hs.set[o.digest]; ok {
+			inherited = append(inherited, o)
+		} else {
+			fresh = append(fresh, o)
+		}
+	}
+	return fresh, inherited, hs.rev
+}
+
+// remember records the objects of head, appended with thread record
+// revision rev; a version-1 head (no objects) forgets the thread.
+func (h *headObjects) remember(thread, head string, rev int64, objs []object) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(objs) == 0 {
+		delete(h.m, thread)
+		return
+	}
+	if len(h.m) >= maxCachedThreads {
+		clear(h.m)
+	}
+	set := make(map[keys.Digest]struct{}, len(objs))
+	for _, o := range objs {
+		set[o.digest] = struct{}{}
+	}
+	h.m[thread] = headSet{head: head, rev: rev, set: set}
+}

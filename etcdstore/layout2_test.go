@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -469,5 +470,100 @@ func TestObjectCache(t *testing.T) {
 	c.put(d(50), make([]byte, 30)) // more than a quarter: not cached
 	if _, ok := c.get(d(50)); ok {
 		t.Fatal("an entry above a quarter of the bound was cached")
+	}
+}
+
+// countingObjects counts the puts an object store is asked for.
+type countingObjects struct {
+	ObjectStore
+	mu   sync.Mutex
+	puts map[string]int
+}
+
+func (c *countingObjects) PutIfAbsent(ctx context.Context, key string, data []byte) (bool, error) {
+	c.mu.Lock()
+	c.puts[key]++
+	c.mu.Unlock()
+	return c.ObjectStore.PutIfAbsent(ctx, key, data)
+}
+
+func (c *countingObjects) take() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.puts
+	c.puts = map[string]int{}
+	return out
+}
+
+// TestObjectsInheritedFromParent checks that an append on top of the head
+// this store appended claims and puts only the objects the parent lacks,
+// and that once the thread record changed (a prune) it claims and puts them
+// all again.
+func TestObjectsInheritedFromParent(t *testing.T) {
+	e := newV2Env(t)
+	objs := &countingObjects{ObjectStore: e.mem, puts: map[string]int{}}
+	s, err := New(e.cli, e.prefix, Options{Objects: objs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	w := e.writer(s, "a")
+	objectsOf := func(c cairn.Checkpoint) map[string]bool {
+		root, os, rcs, err := splitCheckpointBody(&c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]bool{root.key: true}
+		for _, o := range os {
+			out[o.key] = true
+		}
+		for _, rc := range rcs {
+			out[rc.key] = true
+		}
+		return out
+	}
+	var prev map[string]bool
+	steps := []struct {
+		name      string
+		before    func()
+		inherited bool
+	}{
+		{"First", func() {}, false},
+		{"OnTheHeadItAppended", func() {}, true},
+		{"AfterAPrune", func() {
+			if _, err := s.DeleteCheckpoints(e.ctx, cairn.DeleteCheckpointsInput{ThreadID: "a", Keep: 1, Writer: w}); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+	}
+	for i, st := range steps {
+		st.before()
+		c := capacityTurn("a", i+1, 2000, 20000)
+		e.append(s, w, c)
+		all := objectsOf(c)
+		want := map[string]bool{}
+		for k := range all {
+			if !st.inherited || !prev[k] {
+				want[k] = true
+			}
+		}
+		got := objs.take()
+		if len(got) != len(want) {
+			t.Errorf("%s: %d objects put, want %d (of %d)", st.name, len(got), len(want), len(all))
+		}
+		for k := range want {
+			if got[k] == 0 {
+				t.Errorf("%s: object %s was not put", st.name, k)
+			}
+		}
+		if claims := e.keysUnder(s.layout.Claims()); len(claims) != 0 {
+			t.Fatalf("%s: %d claims outlive the append", st.name, len(claims))
+		}
+		t.Logf("%s: %d of %d objects put", st.name, len(got), len(all))
+		prev = all
+	}
+	rep, err := s.Verify(e.ctx, VerifyOptions{Objects: true})
+	if err != nil || !rep.OK() {
+		t.Fatalf("Verify: %v %v", rep.Problems, err)
 	}
 }

@@ -97,6 +97,7 @@ type Store struct {
 	objects     ObjectStore
 	inlineLimit int
 	objCache    *objCache
+	heads       *headObjects
 }
 
 // threadCache holds the last known thread records, by thread, so that the
@@ -154,6 +155,7 @@ func New(client *clientv3.Client, prefix string, opts Options) (*Store, error) {
 		objects:     opts.Objects,
 		inlineLimit: inline,
 		objCache:    newObjCache(objectCacheBytes),
+		heads:       &headObjects{m: map[string]headSet{}},
 	}, nil
 }
 
