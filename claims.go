@@ -119,7 +119,11 @@ type BlobCollector interface {
 	// ReadBlobGC calls fn for each blob reference, in the order and with the
 	// counts of ListBlobReferences, and returns the live claims and the GC
 	// records, all as of one point in time after the call began. It stops
-	// at, and returns, the first error of fn.
+	// at, and returns, the first error of fn. A store that keeps body
+	// objects of its own in the bucket (IsObjectKey) also calls fn, after
+	// the blob keys and in key order, for each object it still needs, and
+	// its claims and records may name object keys, so that a sweep keeps
+	// exactly those objects; ListBlobReferences never reports them.
 	ReadBlobGC(ctx context.Context, fn func(BlobReference) error) (BlobGCView, error)
 	// MarkBlobs creates a GCCandidate record with the given Since for each key
 	// that has neither a record nor a live claim, and returns the records it
@@ -153,6 +157,19 @@ func CheckBlobKeys(keys []string) error {
 	return nil
 }
 
+// CheckCollectorKeys returns ErrInvalidEntry naming the first key of keys that
+// is neither a file or artifact blob key nor a body object key (IsObjectKey):
+// the keys a sweep may mark and delete. Writers claim blob keys only; a store
+// claims its own objects itself.
+func CheckCollectorKeys(keys []string) error {
+	for _, k := range keys {
+		if !IsFileBlobKey(k) && !IsArtifactBlobKey(k) && !IsObjectKey(k) {
+			return NewError(CodeInvalidEntry, "%q is neither a blob key nor an object key", k)
+		}
+	}
+	return nil
+}
+
 // CheckClaimInput runs the checks of ClaimBlobs that need no store state, in
 // order: the writer's thread id (ErrInvalidID), then the keys
 // (ErrInvalidEntry).
@@ -164,19 +181,19 @@ func CheckClaimInput(w Writer, keys []string) error {
 }
 
 // CheckMarkInput runs the checks of MarkBlobs that need no store state: the
-// keys, then a finite since (ErrInvalidEntry).
+// keys (blob or object keys), then a finite since (ErrInvalidEntry).
 func CheckMarkInput(keys []string, since float64) error {
-	if err := CheckBlobKeys(keys); err != nil {
+	if err := CheckCollectorKeys(keys); err != nil {
 		return err
 	}
 	return ValidateCreatedAt(since, "GC record since")
 }
 
-// CheckGCRecords returns ErrInvalidEntry for the first record whose key is not
-// a blob key.
+// CheckGCRecords returns ErrInvalidEntry for the first record whose key is
+// neither a blob key nor an object key.
 func CheckGCRecords(recs []GCRecord) error {
 	for _, r := range recs {
-		if err := CheckBlobKeys([]string{r.Key}); err != nil {
+		if err := CheckCollectorKeys([]string{r.Key}); err != nil {
 			return err
 		}
 	}

@@ -68,6 +68,16 @@ const (
 	blobDigestLen      = 64
 )
 
+// ObjectPrefix is the bucket prefix of a store's own body objects (the
+// capacity layout of the etcd store): content-addressed like blobs, never
+// named by a checkpoint, kept alive by the store's records and swept under
+// the same online protocol.
+const ObjectPrefix = "sandbox-meta/sha256/"
+
+// IsObjectKey reports whether k has the form sandbox-meta/sha256/<64
+// lower-case hex digits>.
+func IsObjectKey(k string) bool { return hasHexDigest(k, ObjectPrefix) }
+
 // IsFileBlobKey reports whether k has the form sandbox-files/sha256/<64
 // lower-case hex digits>.
 func IsFileBlobKey(k string) bool { return hasHexDigest(k, FileBlobPrefix) }

@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 
@@ -43,6 +44,21 @@ func (s *Store) Append(ctx context.Context, in cairn.AppendInput) (cairn.AppendR
 		return cairn.AppendResult{}, err
 	}
 	op := &appendOp{s: s, in: in, w: w, nonce: newNonce()}
+	if s.useObjects(len(w.body)) {
+		// The capacity layout: the objects go to the bucket, claimed for
+		// the lease first; the append names their root. Objects of the
+		// parent, when this store appended it and the thread has not
+		// changed since, are inherited: the append compares the thread
+		// record, so they are referenced without a gap (see inherited).
+		if err := w.toObjects(); err != nil {
+			return cairn.AppendResult{}, cairn.NewError(cairn.CodeInvalidEntry, "checkpoint %q: %v", in.Checkpoint.ID, err)
+		}
+		var fresh []object
+		fresh, op.inherited, op.inheritedRev = s.heads.split(in.Checkpoint.ThreadID, in.ExpectedHeadID, w.objects)
+		if err := s.putObjects(ctx, in.Writer, fresh); err != nil {
+			return cairn.AppendResult{}, err
+		}
+	}
 	if err := op.run(ctx, nil, 0); err != nil {
 		return cairn.AppendResult{}, err
 	}
@@ -55,6 +71,12 @@ type newCheckpoint struct {
 	body []byte
 	refs [keys.NumShards][][]byte
 	mask uint32
+
+	// root, for a checkpoint of the capacity layout, is the digest of its
+	// root object, and objects are the objects to put before the append
+	// (none for a fork, which names its source's root).
+	root    *keys.Digest
+	objects []object
 }
 
 func (w *newCheckpoint) refCount() int {
@@ -109,6 +131,10 @@ func (s *Store) blobs(w *newCheckpoint, thread string, seq uint64, n keys.Nonce)
 		out = chunks(w.body, func(i int) []byte { return s.layout.Chunk(thread, seq, n, i) })
 	}
 	for _, shard := range shardsOf(w.mask) {
+		if shard == keys.RootShard {
+			out = append(out, blob{key: string(s.layout.Ref(shard, thread, seq, n, 0)), value: w.root[:]})
+			continue
+		}
 		for part, v := range w.refs[shard] {
 			out = append(out, blob{key: string(s.layout.Ref(shard, thread, seq, n, part)), value: v})
 		}
@@ -126,6 +152,9 @@ func (s *Store) records(w *newCheckpoint, st threadState, seq uint64, n keys.Non
 	}
 	if meta.Chunks == 0 {
 		meta.Body = w.body
+	}
+	if w.root != nil {
+		meta.Layout, meta.Root = layoutObjects, hex.EncodeToString(w.root[:])
 	}
 	if c.ParentCheckpointID != "" {
 		meta.ParentID, meta.ParentSeq, meta.ParentCreatedAt = c.ParentCheckpointID, st.rec.HeadSeq, st.rec.HeadCreatedAt
@@ -182,6 +211,13 @@ type appendOp struct {
 
 	staging  *stager
 	stageSeq uint64
+
+	// inherited are objects of w left unclaimed and unput because the
+	// parent has them; that holds only on the thread record of revision
+	// inheritedRev, so a transaction on any other state claims and puts
+	// them first.
+	inherited    []object
+	inheritedRev int64
 
 	// claims are the claim keys of the writer lease when the append began;
 	// a successful append ends them. claimsInTxn says the transaction that
@@ -269,7 +305,7 @@ func (op *appendOp) run(ctx context.Context, pending error, pendingRev int64) (e
 	defer func() { op.endClaims(ctx, err) }()
 	a := &attempts{s: s, op: "append", nonce: op.nonce, thread: c.ThreadID, pending: pending, pendingRev: pendingRev,
 		retry: func(ctx context.Context, pending error, rev int64) error {
-			again := &appendOp{s: op.s, in: op.in, w: op.w, nonce: op.nonce}
+			again := &appendOp{s: op.s, in: op.in, w: op.w, nonce: op.nonce, inherited: op.inherited, inheritedRev: op.inheritedRev}
 			return again.run(ctx, pending, rev)
 		}}
 	defer func() {
@@ -340,6 +376,14 @@ func (op *appendOp) run(ctx context.Context, pending error, pendingRev int64) (e
 		} else {
 			writes = puts(vals)
 		}
+		if len(op.inherited) > 0 && st.rev != op.inheritedRev {
+			// Not on the state the objects were inherited from.
+			if err := s.putObjects(ctx, in.Writer, op.inherited); err != nil {
+				return a.fail(err)
+			}
+			op.inherited = nil
+			op.claims = s.claims.of(in.Writer)
+		}
 		wk := s.writerKeys(c.ThreadID)
 		cmps := s.withGuards(append(fence.Guard(wk, in.Writer.OwnerToken, in.Writer.Fence, now),
 			s.idxCmp(c.ID, staleIdx), s.threadCmp(c.ThreadID, st)))
@@ -370,6 +414,7 @@ func (op *appendOp) run(ctx context.Context, pending error, pendingRev int64) (e
 		}
 		if resp.Succeeded {
 			s.remember(c.ThreadID, threadState{rec: st.nextRecord(op.w, seq, op.nonce), rev: resp.Header.Revision})
+			s.heads.remember(c.ThreadID, c.ID, resp.Header.Revision, op.w.objects)
 			op.staging.close()
 			op.staging = nil
 			op.claimsInTxn = inTxn

@@ -43,7 +43,16 @@ func (s *Store) ClaimBlobs(ctx context.Context, w cairn.Writer, blobKeys []strin
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	blobs := blobsOf(cairn.SortedKeys(blobKeys))
+	busy, err := s.claim(ctx, w, blobsOf(cairn.SortedKeys(blobKeys)))
+	if err != nil {
+		return nil, err
+	}
+	return busy, nil
+}
+
+// claim is ClaimBlobs without the input checks, for blobs sorted and
+// distinct; the store claims its body objects (namespace 2) through it.
+func (s *Store) claim(ctx context.Context, w cairn.Writer, blobs []keys.Blob) ([]string, error) {
 	lease, err := s.fences.Lease(ctx)
 	if err != nil {
 		return nil, err
@@ -218,7 +227,11 @@ func (s *Store) WaitBlobs(ctx context.Context, blobKeys []string) error {
 	if err := cairn.CheckBlobKeys(blobKeys); err != nil {
 		return err
 	}
-	blobs := blobsOf(cairn.SortedKeys(blobKeys))
+	return s.waitBlobs(ctx, blobsOf(cairn.SortedKeys(blobKeys)))
+}
+
+// waitBlobs is WaitBlobs without the input checks.
+func (s *Store) waitBlobs(ctx context.Context, blobs []keys.Blob) error {
 	for {
 		if err := ctx.Err(); err != nil {
 			return err

@@ -352,10 +352,11 @@ func compareDigests(a, b sortableDigest) int {
 	return 0
 }
 
-// shardsOf lists the shards in a mask, in order.
+// shardsOf lists the shards in a mask, in order: the blob shards, then
+// keys.RootShard.
 func shardsOf(mask uint32) []byte {
 	var out []byte
-	for s := range byte(keys.NumShards) {
+	for s := range keys.RootShard + 1 {
 		if mask&(1<<s) != 0 {
 			out = append(out, s)
 		}

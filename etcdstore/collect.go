@@ -60,7 +60,7 @@ func (s *Store) ReadBlobGC(ctx context.Context, fn func(cairn.BlobReference) err
 			view.Claimed = append(view.Claimed, k)
 		}
 	}
-	if err := s.walkRefs(ctx, rev, fn); err != nil {
+	if err := s.walkRefs(ctx, rev, true, fn); err != nil {
 		return cairn.BlobGCView{}, err
 	}
 	return view, nil
@@ -81,7 +81,7 @@ func (s *Store) ReadBlobGC(ctx context.Context, fn func(cairn.BlobReference) err
 // whose answer was lost is sent again; if the lost attempt had applied, its
 // records are not reported (the next ReadBlobGC shows them).
 func (s *Store) MarkBlobs(ctx context.Context, blobKeys []string, since float64) ([]cairn.GCRecord, error) {
-	if err := cairn.CheckBlobKeys(blobKeys); err != nil {
+	if err := cairn.CheckCollectorKeys(blobKeys); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/bucket"
 	"github.com/cairnstore/cairn/conformance"
 	"github.com/cairnstore/cairn/etcdstore"
 	"github.com/cairnstore/cairn/internal/embedetcd"
@@ -15,10 +16,26 @@ import (
 // on one embedded etcd member with default limits, each case under a prefix of
 // its own.
 func TestConformance(t *testing.T) {
+	runConformance(t, func(o *etcdstore.Options) {})
+}
+
+// TestConformanceObjects runs every suite on stores of the capacity layout
+// with an inline limit of one byte, so that every checkpoint is written as
+// version 2: its body in objects of a bucket of its own.
+func TestConformanceObjects(t *testing.T) {
+	runConformance(t, func(o *etcdstore.Options) {
+		o.Objects = bucket.NewMemory(nil)
+		o.InlineLimit = 1
+	})
+}
+
+func runConformance(t *testing.T, configure func(*etcdstore.Options)) {
 	_, cli := embedetcd.ForTest(t)
 	var n atomic.Int64
 	newStore := func(t *testing.T, opts cairn.Options) *etcdstore.Store {
-		return newStore(t, cli, fmt.Sprintf("case-%d/", n.Add(1)), etcdstore.Options{Options: opts})
+		o := etcdstore.Options{Options: opts}
+		configure(&o)
+		return newStore(t, cli, fmt.Sprintf("case-%d/", n.Add(1)), o)
 	}
 	storeFactory := func(t *testing.T, opts cairn.Options) cairn.Store { return newStore(t, opts) }
 	conformance.RunStoreTests(t, storeFactory)

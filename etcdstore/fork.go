@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 
@@ -23,6 +24,12 @@ type transcriptRec struct {
 }
 
 func inlineTranscript(b []byte) string { return "i" + string(b) }
+
+// rootTranscript is a transcript that is the conversation of a root object
+// of the capacity layout: 'r' and the root's hex digest. The transcript
+// reference record (keys.TranscriptShard) keeps the root and its
+// conversation chunks live for the sweep until SaveThread replaces it.
+func rootTranscript(root keys.Digest) string { return "r" + hex.EncodeToString(root[:]) }
 
 func chunkedTranscript(r transcriptRec) string {
 	v, _ := json.Marshal(r)
@@ -96,6 +103,7 @@ func (op *forkOp) run(ctx context.Context, pending error, pendingRev int64) (*ca
 		var src *cairn.Checkpoint
 		var srcKV *mvccpb.KeyValue
 		var srcSt threadState
+		var srcRoot *keys.Digest // the source's root, for a source of the capacity layout
 		if kv := first(rs[0]); kv != nil {
 			idx, err := parseIdx(kv)
 			if err != nil {
@@ -122,11 +130,15 @@ func (op *forkOp) run(ctx context.Context, pending error, pendingRev int64) (*ca
 					return nil, err
 				}
 				if m.Seq == idx.Seq && m.Seq >= srcSt.rec.Floor {
-					c, err := assemble(mkv.Key, m, r2[2].Kvs)
+					c, err := s.assemble(ctx, mkv.Key, m, r2[2].Kvs)
 					if err != nil {
 						return nil, err
 					}
 					src, srcKV = &c, mkv
+					if m.Layout == layoutObjects {
+						d, _ := parseRoot(m.Root) // assemble parsed it
+						srcRoot = &d
+					}
 				}
 			}
 		}
@@ -160,9 +172,19 @@ func (op *forkOp) run(ctx context.Context, pending error, pendingRev int64) (*ca
 			transcript = []byte("[]")
 		}
 		seq := destSt.rec.LastSeq + 1
-		vals := s.blobs(w, dest, seq, op.nonce)
+		var tvals []blob
 		tv := inlineTranscript(transcript)
-		if len(transcript) > transcriptInline {
+		if srcRoot != nil {
+			// The fork root names the source's root (a root holds no
+			// header, so it is the fork root's too), and the transcript
+			// names that root's conversation: O(1) in etcd. The source is
+			// live and compared below, so its objects need no claim.
+			w.setRoot(*srcRoot)
+			tv = rootTranscript(*srcRoot)
+			tvals = []blob{{key: string(s.layout.RefThread(keys.TranscriptShard, dest)), value: srcRoot[:]}}
+		}
+		vals := append(s.blobs(w, dest, seq, op.nonce), tvals...)
+		if srcRoot == nil && len(transcript) > transcriptInline {
 			tvals := chunks(transcript, func(i int) []byte { return s.layout.TranscriptChunk(dest, op.nonce, i) })
 			tv = chunkedTranscript(transcriptRec{Nonce: op.nonce.String(), Chunks: len(tvals), Size: len(transcript)})
 			vals = append(vals, tvals...)
@@ -235,6 +257,9 @@ func (t transcripts) LoadThread(ctx context.Context, threadID string) (json.RawM
 	if len(kv.Value) > 0 && kv.Value[0] == 'i' {
 		return kv.Value[1:], nil
 	}
+	if len(kv.Value) > 0 && kv.Value[0] == 'r' {
+		return s.rootConversation(ctx, kv)
+	}
 	var rec transcriptRec
 	if len(kv.Value) == 0 || kv.Value[0] != 'c' {
 		return nil, corrupt("transcript record", kv.Key, errCodec)
@@ -277,8 +302,9 @@ func (t transcripts) SaveThread(ctx context.Context, threadID string, messages j
 	s := t.s
 	all := s.layout.TranscriptChunks(threadID)
 	recKey := string(s.layout.Transcript(threadID))
+	rootRef := clientv3.OpDelete(string(s.layout.RefThread(keys.TranscriptShard, threadID)))
 	if len(messages) <= transcriptInline {
-		_, err := s.client.Txn(ctx).Then(clientv3.OpPut(recKey, inlineTranscript(messages)), deletePrefix(all)).Commit()
+		_, err := s.client.Txn(ctx).Then(clientv3.OpPut(recKey, inlineTranscript(messages)), deletePrefix(all), rootRef).Commit()
 		return err
 	}
 	nonce := newNonce()
@@ -293,11 +319,40 @@ func (t transcripts) SaveThread(ctx context.Context, threadID string, messages j
 	mine := s.layout.TranscriptWriteChunks(threadID, nonce)
 	v := chunkedTranscript(transcriptRec{Nonce: nonce.String(), Chunks: len(vals), Size: len(messages)})
 	ops := append(detach(vals), clientv3.OpPut(recKey, v),
-		deleteRange(all, mine), deleteRange(keys.PrefixEnd(mine), keys.PrefixEnd(all)))
+		deleteRange(all, mine), deleteRange(keys.PrefixEnd(mine), keys.PrefixEnd(all)), rootRef)
 	if _, err := s.client.Txn(ctx).Then(ops...).Commit(); err != nil {
 		stg.abort(ctx)
 		return err
 	}
 	stg.close()
 	return nil
+}
+
+// rootConversation returns the transcript of a record that names a root:
+// the root's conversation, or [] for a root without one.
+func (s *Store) rootConversation(ctx context.Context, kv *mvccpb.KeyValue) (json.RawMessage, error) {
+	d, err := parseRoot(string(kv.Value[1:]))
+	if err != nil {
+		return nil, corrupt("transcript record", kv.Key, err)
+	}
+	r, err := s.root(ctx, d)
+	if err != nil {
+		return nil, fmt.Errorf("transcript: %w", err)
+	}
+	if !r.convPresent {
+		return json.RawMessage("[]"), nil
+	}
+	got, err := s.fetchObjects(ctx, partDigests(r.conv))
+	if err != nil {
+		return nil, fmt.Errorf("transcript: %w", err)
+	}
+	out := json.RawMessage{}
+	for _, p := range r.conv {
+		b := got[objectKey(p.digest)]
+		if _, ok := objHeader(b, objTypeConv); !ok || len(b)-2 != p.n {
+			return nil, fmt.Errorf("transcript: %w", objError(p.digest, errCodec))
+		}
+		out = append(out, b[2:]...)
+	}
+	return out, nil
 }

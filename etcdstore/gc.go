@@ -1,6 +1,7 @@
 package etcdstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -128,6 +129,17 @@ func blobsOf(blobKeys []string) []keys.Blob {
 		out[i], _ = keys.ParseBlob(k)
 	}
 	return out
+}
+
+// sortedBlobs sorts blobs in key order and removes repeats.
+func sortedBlobs(blobs []keys.Blob) []keys.Blob {
+	slices.SortFunc(blobs, func(a, b keys.Blob) int {
+		if a.NS != b.NS {
+			return int(a.NS) - int(b.NS)
+		}
+		return bytes.Compare(a.Digest[:], b.Digest[:])
+	})
+	return slices.Compact(blobs)
 }
 
 // claimKey returns the claim key of b by the lease w.

@@ -31,7 +31,7 @@ import (
 //
 //	leaf                'L' 1  count  count × entry
 //	conversation chunk  'C' 1  bytes
-//	root                'R' 1  leaves  conversation  artifacts
+//	root                'R' 1  leaves  conversation  references  artifacts
 //	reference chunk     'K' 1  count  count × key33
 //
 // Integers are uvarints (sizes: varints) in their shortest form; strings are
@@ -46,7 +46,8 @@ import (
 // nil conversation, 1 for a present one, then for a present one a uvarint
 // count of chunks and per chunk its 32-byte digest and its uvarint length,
 // 1..65536; an empty conversation is present with no chunks), then the
-// artifacts inline (uvarint count, then the artifacts). It does not hold the
+// reference chunks (uvarint count, then per chunk its 32-byte digest and its
+// uvarint key count, 1..512, in key order), then the artifacts inline (uvarint count, then the artifacts). It does not hold the
 // checkpoint's header (id, thread, parent, createdAt, reason, label, run), so
 // a fork and its source share the root.
 //
@@ -150,7 +151,34 @@ type objRoot struct {
 	leaves      []objPart
 	convPresent bool
 	conv        []objPart
-	artifacts   []cairn.Artifact
+	// refs are the reference chunks (n: their key counts), in key order.
+	refs      []objPart
+	artifacts []cairn.Artifact
+}
+
+// allDigests returns the distinct digests of every object r names: leaves,
+// conversation chunks and reference chunks, in that order.
+func (r *objRoot) allDigests() []keys.Digest {
+	seen := make(map[keys.Digest]bool, len(r.leaves)+len(r.conv)+len(r.refs))
+	var out []keys.Digest
+	for _, parts := range [][]objPart{r.leaves, r.conv, r.refs} {
+		for _, p := range parts {
+			if !seen[p.digest] {
+				seen[p.digest] = true
+				out = append(out, p.digest)
+			}
+		}
+	}
+	return out
+}
+
+// refDigests returns the digests of r's reference chunks, in order.
+func (r *objRoot) refDigests() []keys.Digest {
+	out := make([]keys.Digest, len(r.refs))
+	for i, p := range r.refs {
+		out[i] = p.digest
+	}
+	return out
 }
 
 // objectKeys returns the distinct keys of the leaves and conversation chunks
@@ -263,6 +291,9 @@ func splitCheckpointBody(c *cairn.Checkpoint) (root object, objs []object, refs 
 			r.conv = append(r.conv, objPart{add(data), n})
 			rest = rest[n:]
 		}
+	}
+	for _, rc := range refs {
+		r.refs = append(r.refs, objPart{rc.digest, rc.n})
 	}
 	r.artifacts = c.Artifacts
 	return objNewObject(objEncodeRoot(&r)), objs, refs, nil
@@ -432,7 +463,7 @@ func objDecodeLeaf(b []byte) ([]cairn.Entry, error) {
 }
 
 func objEncodeRoot(r *objRoot) []byte {
-	e := encoder{b: make([]byte, 0, 16+(keys.DigestLen+3)*(len(r.leaves)+len(r.conv))+len(r.artifacts)*200)}
+	e := encoder{b: make([]byte, 0, 16+(keys.DigestLen+3)*(len(r.leaves)+len(r.conv)+len(r.refs))+len(r.artifacts)*200)}
 	e.b = append(e.b, objTypeRoot, objVersion)
 	e.uint(uint64(len(r.leaves)))
 	for _, p := range r.leaves {
@@ -448,6 +479,11 @@ func objEncodeRoot(r *objRoot) []byte {
 			e.b = append(e.b, p.digest[:]...)
 			e.uint(uint64(p.n))
 		}
+	}
+	e.uint(uint64(len(r.refs)))
+	for _, p := range r.refs {
+		e.b = append(e.b, p.digest[:]...)
+		e.uint(uint64(p.n))
 	}
 	e.uint(uint64(len(r.artifacts)))
 	for _, a := range r.artifacts {
@@ -504,6 +540,10 @@ func objDecodeRoot(b []byte) (objRoot, error) {
 	default:
 		return objRoot{}, errCodec
 	}
+	if d.err != nil {
+		return objRoot{}, errCodec
+	}
+	r.refs = objParts(&d, objRefMax)
 	if d.err != nil {
 		return objRoot{}, errCodec
 	}

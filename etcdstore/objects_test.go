@@ -107,6 +107,23 @@ func objSplit(t testing.TB, c *cairn.Checkpoint) (object, []object, []refChunk, 
 			t.Fatalf("object %s starts with %x", o.key, o.data[:min(2, len(o.data))])
 		}
 	}
+	// The root alone names every object: its leaves and conversation
+	// chunks, then its reference chunks in order.
+	r, err := objDecodeRoot(root.data)
+	if err != nil {
+		t.Fatalf("root: %v", err)
+	}
+	if len(r.refs) != len(refs) {
+		t.Fatalf("root names %d reference chunks, the split made %d", len(r.refs), len(refs))
+	}
+	for i, rc := range refs {
+		if r.refs[i].digest != rc.digest || r.refs[i].n != rc.n {
+			t.Fatalf("root reference chunk %d is %x/%d, want %x/%d", i, r.refs[i].digest, r.refs[i].n, rc.digest, rc.n)
+		}
+	}
+	if got, want := len(r.allDigests()), len(objs)+len(refs); got > want {
+		t.Fatalf("root names %d distinct objects, the split made %d", got, want)
+	}
 	seen := map[string]bool{}
 	for _, o := range objs {
 		if seen[o.key] {
@@ -371,7 +388,7 @@ func TestObjectFormatPinned(t *testing.T) {
 		all.Write([]byte(o.key))
 	}
 	got := fmt.Sprintf("%d leaves and chunks, %d reference chunks, root %s, all %x", len(objs), len(refs), root.key, all.Sum(nil))
-	const want = "19 leaves and chunks, 10 reference chunks, root sandbox-meta/sha256/258d3ab1a0e0b4467c723e4eca10ed3c96510beeab6bd7989ff931707f0ba120, all d044e411732a42d796a153aae1ac648329487547ec5b864b577b869b85f92063"
+	const want = "19 leaves and chunks, 10 reference chunks, root sandbox-meta/sha256/4885ec88c648a7a31d413794af5758f35a42d15e06f125e0bb75ead5401ef0b5, all d840dbfb9b9bc8e768311773babdede9727318ac59afac107b429f7ea9e992c8"
 	if got != want {
 		t.Fatalf("the split of the pinned body changed:\n got %s\nwant %s", got, want)
 	}

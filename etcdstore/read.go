@@ -145,13 +145,33 @@ func (s *Store) loadAt(ctx context.Context, idx idxRec, id string, rev int64) (c
 	if m.Seq != idx.Seq || m.Seq < st.rec.Floor || mkv.Lease != 0 {
 		return cairn.Checkpoint{}, false, nil
 	}
-	c, err := assemble(mkv.Key, m, rs[2].Kvs)
+	c, err := s.assemble(ctx, mkv.Key, m, rs[2].Kvs)
 	return c, err == nil, err
 }
 
 // assemble decodes a checkpoint from its record and, when its body is not
-// inline, its chunks, in key order.
-func assemble(key []byte, m ckptMeta, chunkKVs []*mvccpb.KeyValue) (cairn.Checkpoint, error) {
+// inline, its chunks, in key order, or, for the capacity layout, its objects.
+func (s *Store) assemble(ctx context.Context, key []byte, m ckptMeta, chunkKVs []*mvccpb.KeyValue) (cairn.Checkpoint, error) {
+	c, err := assembleRecord(key, m, chunkKVs)
+	if err != nil || m.Layout != layoutObjects {
+		return c, err
+	}
+	root, err := parseRoot(m.Root)
+	if err != nil {
+		return c, corrupt("checkpoint record", key, err)
+	}
+	if c.Files, c.Conversation, c.Artifacts, err = s.readBody(ctx, root); err != nil {
+		return cairn.Checkpoint{}, fmt.Errorf("checkpoint %q: %w", c.ID, err)
+	}
+	return c, nil
+}
+
+// assembleRecord decodes what the record and its chunks hold: the whole
+// checkpoint in version 1, its header fields in version 2.
+func assembleRecord(key []byte, m ckptMeta, chunkKVs []*mvccpb.KeyValue) (cairn.Checkpoint, error) {
+	if m.Layout != 0 && m.Layout != layoutObjects {
+		return cairn.Checkpoint{}, corrupt("checkpoint record", key, fmt.Errorf("unknown layout %d", m.Layout))
+	}
 	body := m.Body
 	n := 0
 	if m.Chunks > 0 {
@@ -220,7 +240,7 @@ func (s *Store) List(ctx context.Context, threadID string) ([]cairn.Checkpoint, 
 		if err != nil {
 			return nil, err
 		}
-		c, err := assemble(it.key, it.meta, byWrite[string(s.layout.CheckpointChunks(threadID, it.meta.Seq, nonce))])
+		c, err := s.assemble(ctx, it.key, it.meta, byWrite[string(s.layout.CheckpointChunks(threadID, it.meta.Seq, nonce))])
 		if err != nil {
 			return nil, err
 		}

@@ -61,6 +61,19 @@ type Options struct {
 	// mid-write leaves them for at most this long (plus etcd's lease
 	// granularity). Zero selects one minute.
 	StagingTTL time.Duration
+	// Objects, when set, enables the capacity layout (version 2 of the
+	// checkpoint record): a checkpoint whose body is larger than InlineLimit
+	// keeps its files, conversation and artifacts as content-addressed
+	// objects under sandbox-meta/sha256/ in this bucket, shared between
+	// checkpoints, threads and forks, and etcd keeps only its small records.
+	// The online sweep (package sweep) keeps the objects of live checkpoints
+	// and deletes the others. When nil, the store writes version 1 only; a
+	// store that meets version-2 records without Objects cannot read them and
+	// says so.
+	Objects ObjectStore
+	// InlineLimit is the largest encoded body, in bytes, that stays inline in
+	// version 1 when Objects is set. Zero selects 64 KiB.
+	InlineLimit int
 }
 
 // Store is a cairn.Store on etcd. It is safe for concurrent use. Create it
@@ -79,6 +92,12 @@ type Store struct {
 	cache *threadCache
 	// claims are the blob claims this store put, by writer lease.
 	claims *claimSet
+
+	// objects is Options.Objects; inlineLimit is Options.InlineLimit.
+	objects     ObjectStore
+	inlineLimit int
+	objCache    *objCache
+	heads       *headObjects
 }
 
 // threadCache holds the last known thread records, by thread, so that the
@@ -116,19 +135,27 @@ func New(client *clientv3.Client, prefix string, opts Options) (*Store, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	inline := opts.InlineLimit
+	if inline <= 0 {
+		inline = defaultInlineLimit
+	}
 	ttl := opts.StagingTTL
 	if ttl <= 0 {
 		ttl = defaultStagingTTL
 	}
 	return &Store{
-		client:     client,
-		stagingTTL: int64(max(1, (ttl+time.Second-1)/time.Second)),
-		layout:     keys.NewLayout(prefix),
-		opts:       o,
-		log:        log,
-		fences:     fence.NewManager(client, fence.Options{TTL: o.LeaseDuration, Logger: log}),
-		cache:      &threadCache{threads: map[string]threadState{}},
-		claims:     newClaimSet(),
+		client:      client,
+		stagingTTL:  int64(max(1, (ttl+time.Second-1)/time.Second)),
+		layout:      keys.NewLayout(prefix),
+		opts:        o,
+		log:         log,
+		fences:      fence.NewManager(client, fence.Options{TTL: o.LeaseDuration, Logger: log}),
+		cache:       &threadCache{threads: map[string]threadState{}},
+		claims:      newClaimSet(),
+		objects:     opts.Objects,
+		inlineLimit: inline,
+		objCache:    newObjCache(objectCacheBytes),
+		heads:       &headObjects{m: map[string]headSet{}},
 	}, nil
 }
 
@@ -249,6 +276,11 @@ type ckptMeta struct {
 	// inline, in Body.
 	Chunks int `json:"chunks,omitempty"`
 	Size   int `json:"size"`
+	// Layout is 2 for the capacity layout, whose Body holds only the
+	// checkpoint's header fields and whose files, conversation and artifacts
+	// are the objects of Root (hex SHA-256); absent for version 1.
+	Layout int    `json:"layout,omitempty"`
+	Root   string `json:"root,omitempty"`
 
 	Body []byte `json:"-"`
 }

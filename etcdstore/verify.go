@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/keys"
 )
 
@@ -23,6 +24,12 @@ type VerifyOptions struct {
 	// decode: the sweep refuses to run while they exist, and deleting one only
 	// returns its key to "not yet seen by a sweep".
 	Repair bool
+	// Objects also fetches the root and every object of each checkpoint of
+	// the capacity layout from Options.Objects, checks that they exist and
+	// decode (problem "missing-object"), and counts their blob keys in
+	// References and BlobKeys; without it, Verify reads etcd only and counts
+	// the blob keys of version-1 checkpoints.
+	Objects bool
 }
 
 // Problem is one finding of Verify.
@@ -96,7 +103,7 @@ func (r VerifyReport) OK() bool { return len(r.Problems) == 0 }
 // guard no longer holds; Repaired counts what was deleted before. It holds every reference record of the store in memory, about 32
 // bytes a reference, and one thread's checkpoints at a time.
 func (s *Store) Verify(ctx context.Context, opts VerifyOptions) (VerifyReport, error) {
-	v := &verifier{s: s, ctx: ctx}
+	v := &verifier{s: s, ctx: ctx, opts: opts}
 	if err := v.run(); err != nil {
 		return VerifyReport{}, err
 	}
@@ -115,9 +122,10 @@ type writeID struct {
 }
 
 type verifier struct {
-	s   *Store
-	ctx context.Context
-	r   VerifyReport
+	s    *Store
+	ctx  context.Context
+	r    VerifyReport
+	opts VerifyOptions
 
 	// refs holds, per write, the digests of its published reference records
 	// by shard; verified checkpoints remove theirs, and what is left at the
@@ -128,6 +136,9 @@ type verifier struct {
 	// repairs are the guarded deletes of the garbage found.
 	repairs  []clientv3.Op
 	keysSeen map[string]int
+	// transcriptRefs are the transcript reference records (shard
+	// keys.TranscriptShard) by key; verified transcripts remove theirs.
+	transcriptRefs map[string]*mvccpb.KeyValue
 }
 
 func (v *verifier) problem(kind, thread, id, key, format string, args ...any) {
@@ -166,10 +177,15 @@ func (v *verifier) run() error {
 	v.refs = map[writeID]map[byte][]byte{}
 	v.live = map[string]string{}
 	v.keysSeen = map[string]int{}
+	v.transcriptRefs = map[string]*mvccpb.KeyValue{}
 	// Reference records first: the scan pins the revision.
 	err := v.scan(l.Refs(), func(kv *mvccpb.KeyValue) error {
 		if kv.Lease != 0 {
 			return nil // staged, not published
+		}
+		if bytes.HasPrefix(kv.Key, l.RefShard(keys.TranscriptShard)) {
+			v.transcriptRefs[string(kv.Key)] = kv
+			return nil
 		}
 		rk, err := l.DecodeRef(kv.Key)
 		if err != nil || len(kv.Value)%keys.DigestLen != 0 {
@@ -204,6 +220,9 @@ func (v *verifier) run() error {
 		}
 	}
 	v.r.Threads = len(threads)
+	for k := range v.transcriptRefs {
+		v.problem("orphan-reference-record", "", "", k, "a transcript reference record of a thread without a record")
+	}
 	for w, shards := range v.refs {
 		for shard := range shards {
 			v.problem("orphan-reference-record", w.thread, "", string(l.RefSeq(shard, w.thread, w.seq)),
@@ -396,10 +415,14 @@ func (v *verifier) checkpoint(t string, kv *mvccpb.KeyValue, m ckptMeta, id stri
 	}
 	v.live[id] = idxValue(idxRec{Thread: t, CreatedAt: at, Seq: m.Seq, Nonce: m.Nonce})
 	prefix := string(l.CheckpointChunks(t, m.Seq, nonce))
-	c, err := assemble(kv.Key, m, chunksOf[prefix])
+	c, err := assembleRecord(kv.Key, m, chunksOf[prefix])
 	delete(chunksOf, prefix)
 	if err != nil {
 		v.problem("bad-body", t, id, string(kv.Key), "%v", err)
+		return
+	}
+	if m.Layout == layoutObjects {
+		v.objectCheckpoint(t, kv, m, id, at, c, nonce)
 		return
 	}
 	if c.ID != id || c.ThreadID != t || c.CreatedAt != at && !(c.CreatedAt == 0 && at == 0) || c.ParentCheckpointID != m.ParentID {
@@ -428,7 +451,18 @@ func (v *verifier) checkpoint(t string, kv *mvccpb.KeyValue, m ckptMeta, id stri
 func (v *verifier) transcript(t string, rec *mvccpb.KeyValue, chunks []*mvccpb.KeyValue) {
 	l := v.s.layout
 	var mine []byte // the chunk prefix of the current transcript, if chunked
-	if rec != nil && (len(rec.Value) == 0 || rec.Value[0] != 'i') {
+	refKey := string(l.RefThread(keys.TranscriptShard, t))
+	ref := v.transcriptRefs[refKey]
+	delete(v.transcriptRefs, refKey)
+	if rec != nil && len(rec.Value) > 0 && rec.Value[0] == 'r' {
+		d, err := parseRoot(string(rec.Value[1:]))
+		if err != nil {
+			v.problem("malformed-transcript-record", t, "", string(rec.Key), "%v", err)
+		} else if ref == nil || !bytes.Equal(ref.Value, d[:]) {
+			v.problem("bad-transcript", t, "", string(rec.Key), "the transcript names root %x without its reference record", d)
+		}
+		ref = nil
+	} else if rec != nil && (len(rec.Value) == 0 || rec.Value[0] != 'i') {
 		var tr transcriptRec
 		n, err := keys.Nonce{}, error(nil)
 		if len(rec.Value) == 0 || rec.Value[0] != 'c' {
@@ -456,6 +490,9 @@ func (v *verifier) transcript(t string, rec *mvccpb.KeyValue, chunks []*mvccpb.K
 			v.problem("orphan-transcript-chunk", t, "", string(kv.Key), "belongs to no transcript")
 		}
 	}
+	if ref != nil {
+		v.problem("orphan-reference-record", t, "", refKey, "a transcript reference record belongs to no transcript")
+	}
 }
 
 // repair deletes the garbage found, in batches of guarded deletes. A Guarded
@@ -475,4 +512,54 @@ func (v *verifier) repair() error {
 		v.repairs = v.repairs[n:]
 	}
 	return nil
+}
+
+// objectCheckpoint checks a checkpoint of the capacity layout: its header
+// fields, its one reference record naming its root, and, with
+// VerifyOptions.Objects, that its objects exist and decode.
+func (v *verifier) objectCheckpoint(t string, kv *mvccpb.KeyValue, m ckptMeta, id string, at float64, c cairn.Checkpoint, nonce keys.Nonce) {
+	l := v.s.layout
+	if c.ID != id || c.ThreadID != t || c.CreatedAt != at && !(c.CreatedAt == 0 && at == 0) || c.ParentCheckpointID != m.ParentID {
+		v.problem("body-mismatch", t, id, string(kv.Key), "the record is checkpoint %q of thread %q, createdAt %v, parent %q", c.ID, c.ThreadID, c.CreatedAt, c.ParentCheckpointID)
+	}
+	root, err := parseRoot(m.Root)
+	if err != nil {
+		v.problem("malformed-checkpoint-record", t, id, string(kv.Key), "%v", err)
+		return
+	}
+	have := v.refs[writeID{t, m.Seq, nonce}]
+	delete(v.refs, writeID{t, m.Seq, nonce})
+	if m.Shards != 1<<keys.RootShard {
+		v.problem("wrong-shard-mask", t, id, string(kv.Key), "record says %032b, a version-2 checkpoint has %032b", m.Shards, 1<<keys.RootShard)
+	}
+	for shard := range keys.RootShard + 1 {
+		want := []byte(nil)
+		if shard == keys.RootShard {
+			want = root[:]
+		}
+		if !bytes.Equal(want, have[shard]) {
+			v.problem("reference-mismatch", t, id, string(l.RefSeq(shard, t, m.Seq)),
+				"shard %d holds %d bytes, the version-2 checkpoint has %d there", shard, len(have[shard]), len(want))
+		}
+	}
+	if !v.opts.Objects {
+		return
+	}
+	files, _, arts, err := v.s.readBody(v.ctx, root)
+	if err != nil {
+		v.problem("missing-object", t, id, string(kv.Key), "%v", err)
+		return
+	}
+	c.Files, c.Artifacts = files, arts
+	for _, k := range c.BlobKeys() {
+		v.keysSeen[k]++
+		v.r.References++
+	}
+	r, err := v.s.root(v.ctx, root)
+	if err == nil {
+		_, err = v.s.fetchObjects(v.ctx, r.refDigests())
+	}
+	if err != nil {
+		v.problem("missing-object", t, id, string(kv.Key), "%v", err)
+	}
 }

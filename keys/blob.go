@@ -10,6 +10,27 @@ import (
 const (
 	artifactPrefix = "sandbox-artifacts/sha256/"
 	filePrefix     = "sandbox-files/sha256/"
+	// objectPrefix is the namespace of the store's own body objects (the
+	// capacity layout); they are not blob keys of checkpoints, so BlobShard
+	// refuses them, but claims and GC records name them like blobs.
+	objectPrefix = "sandbox-meta/sha256/"
+)
+
+// The namespaces of a Blob, in the byte order of their keys.
+const (
+	NSArtifact byte = 0
+	NSFile     byte = 1
+	NSObject   byte = 2
+)
+
+// RootShard is the reference shard of the capacity layout: the record of a
+// version-2 checkpoint in it holds the digest of the checkpoint's root
+// object. TranscriptShard holds, per thread, the root whose conversation a
+// transcript names. Neither holds blob digests, and walks of blob references
+// read them apart from shards 0 to NumShards-1.
+const (
+	RootShard       byte = NumShards
+	TranscriptShard byte = NumShards + 1
 )
 
 // NumShards is the number of blob reference shards: two per namespace, one
@@ -43,8 +64,17 @@ func BlobShard(key string) (shard byte, d Digest, ok bool) {
 	default:
 		return 0, d, false
 	}
-	if len(digits) != 2*DigestLen {
+	d, ok = parseDigest(digits)
+	if !ok {
 		return 0, d, false
+	}
+	return ns<<shardBits | d[0]>>(8-shardBits), d, true
+}
+
+// parseDigest decodes 64 lower-case hex digits.
+func parseDigest(digits string) (d Digest, ok bool) {
+	if len(digits) != 2*DigestLen {
+		return d, false
 	}
 	bad := byte(0)
 	for i := range DigestLen {
@@ -52,10 +82,7 @@ func BlobShard(key string) (shard byte, d Digest, ok bool) {
 		bad |= hi | lo
 		d[i] = hi<<4 | lo&0x0F
 	}
-	if bad&0xF0 != 0 {
-		return 0, d, false
-	}
-	return ns<<shardBits | d[0]>>(8-shardBits), d, true
+	return d, bad&0xF0 == 0
 }
 
 // hexValue maps a lower-case hex digit to its value and any other byte to

@@ -1,6 +1,10 @@
 package keys
 
-import "fmt"
+import (
+	"encoding/hex"
+	"fmt"
+	"strings"
+)
 
 // Blob is a blob key in compact form: its namespace and its digest. Encoded,
 // it is 1 + DigestLen bytes, the namespace byte then the raw digest, so the
@@ -8,7 +12,8 @@ import "fmt"
 // blob keys (every sandbox-artifacts/ key before every sandbox-files/ key).
 type Blob struct {
 	// NS is the namespace: 0 for sandbox-artifacts/sha256/, 1 for
-	// sandbox-files/sha256/.
+	// sandbox-files/sha256/, 2 for the store's body objects,
+	// sandbox-meta/sha256/.
 	NS     byte
 	Digest Digest
 }
@@ -16,9 +21,17 @@ type Blob struct {
 // BlobLen is the length of an encoded Blob.
 const BlobLen = 1 + DigestLen
 
-// ParseBlob returns the compact form of a valid blob key of either namespace.
-// ok is false for any other string.
+// ParseBlob returns the compact form of a valid blob key of either namespace,
+// or of a body object key (sandbox-meta/sha256/<64 hex>). ok is false for any
+// other string.
 func ParseBlob(key string) (b Blob, ok bool) {
+	if strings.HasPrefix(key, objectPrefix) {
+		d, ok := parseDigest(key[len(objectPrefix):])
+		if !ok {
+			return Blob{}, false
+		}
+		return Blob{NS: NSObject, Digest: d}, true
+	}
 	shard, d, ok := BlobShard(key)
 	if !ok {
 		return Blob{}, false
@@ -27,7 +40,12 @@ func ParseBlob(key string) (b Blob, ok bool) {
 }
 
 // Key returns the blob key b stands for.
-func (b Blob) Key() string { return BlobKey(b.NS<<shardBits, b.Digest) }
+func (b Blob) Key() string {
+	if b.NS == NSObject {
+		return objectPrefix + hex.EncodeToString(b.Digest[:])
+	}
+	return BlobKey(b.NS<<shardBits, b.Digest)
+}
 
 // AppendBlob appends the encoding of b to dst.
 func AppendBlob(dst []byte, b Blob) []byte {
@@ -38,7 +56,7 @@ func AppendBlob(dst []byte, b Blob) []byte {
 // DecodeBlob decodes a Blob encoded by AppendBlob at the start of p and
 // returns it with the bytes that follow.
 func DecodeBlob(p []byte) (b Blob, rest []byte, err error) {
-	if len(p) < BlobLen || p[0] > 1 {
+	if len(p) < BlobLen || p[0] > NSObject {
 		return Blob{}, nil, ErrMalformed
 	}
 	b.NS = p[0]

@@ -21,7 +21,8 @@ func testBlobKeys() []string {
 		out = append(out, ns+fmt.Sprintf("%x", sha256.Sum256([]byte(fmt.Sprint(i)))))
 	}
 	out = append(out, "sandbox-files/sha256/"+strings.Repeat("0", 64), "sandbox-files/sha256/"+strings.Repeat("f", 64),
-		"sandbox-artifacts/sha256/"+strings.Repeat("0", 64), "sandbox-artifacts/sha256/"+strings.Repeat("f", 64))
+		"sandbox-artifacts/sha256/"+strings.Repeat("0", 64), "sandbox-artifacts/sha256/"+strings.Repeat("f", 64),
+		"sandbox-meta/sha256/"+strings.Repeat("0", 64), "sandbox-meta/sha256/"+strings.Repeat("f", 64))
 	return out
 }
 
@@ -62,12 +63,13 @@ func TestBlobRoundTripAndOrder(t *testing.T) {
 	if !slices.Equal(byKey, byEnc) {
 		t.Fatal("GC record order differs from blob key order")
 	}
-	for _, bad := range []string{"sandbox-files/sha256/" + strings.Repeat("A", 64), "x", "sandbox-files/" + strings.Repeat("a", 64)} {
+	for _, bad := range []string{"sandbox-files/sha256/" + strings.Repeat("A", 64), "x", "sandbox-files/" + strings.Repeat("a", 64),
+		"sandbox-meta/sha256/" + strings.Repeat("A", 64), "sandbox-meta/sha256/" + strings.Repeat("a", 63)} {
 		if _, ok := keys.ParseBlob(bad); ok {
 			t.Fatalf("ParseBlob accepted %q", bad)
 		}
 	}
-	for _, bad := range [][]byte{nil, {0}, append([]byte{2}, make([]byte, 32)...), make([]byte, 32)} {
+	for _, bad := range [][]byte{nil, {0}, append([]byte{3}, make([]byte, 32)...), make([]byte, 32)} {
 		if _, _, err := keys.DecodeBlob(bad); err == nil {
 			t.Fatalf("DecodeBlob accepted %x", bad)
 		}

@@ -18,10 +18,24 @@ import (
 const (
 	ArtifactPrefix = "sandbox-artifacts/"
 	FilePrefix     = "sandbox-files/"
+	// MetaPrefix holds a store's own body objects (cairn.IsObjectKey). Only
+	// the online sweep lists it, because only a store of the online
+	// protocol reports which objects it needs (cairn.BlobCollector); keys
+	// under it that are not object keys are left alone.
+	MetaPrefix = "sandbox-meta/"
 )
 
-// Prefixes are the two prefixes a sweep lists, in byte order.
-var Prefixes = [...]string{ArtifactPrefix, FilePrefix}
+// Prefixes are the prefixes a sweep lists, in byte order: the online sweep
+// lists all three, the plain sweep the two blob prefixes only.
+var Prefixes = [...]string{ArtifactPrefix, FilePrefix, MetaPrefix}
+
+// prefixes returns the prefixes this sweep lists.
+func (s *sweeper) prefixes() []string {
+	if s.col == nil {
+		return []string{ArtifactPrefix, FilePrefix}
+	}
+	return Prefixes[:]
+}
 
 // Blobs is what a sweep needs of a bucket: listing with upload times, and
 // batched deletes. *bucket.S3 and *bucket.Memory implement it.
@@ -240,8 +254,9 @@ func (o Options) validate() (Options, error) {
 	return o, nil
 }
 
-// Sweep deletes the blobs under sandbox-files/ and sandbox-artifacts/ that no
-// checkpoint references and that are older than opts.OlderThan, and returns
+// Sweep deletes the blobs under sandbox-files/ and sandbox-artifacts/ (and,
+// online, the body objects under sandbox-meta/ that the store no longer
+// needs) that no checkpoint references and that are older than opts.OlderThan, and returns
 // what it did; Report.Deleted are the deleted keys. The steps, in order:
 //
 //  1. Check the options: a negative OlderThan, MaxDeletes, BatchSize or
@@ -335,13 +350,16 @@ func (s *sweeper) run(ctx context.Context) error {
 // and without repeats.
 func (s *sweeper) list(ctx context.Context) ([]candidate, error) {
 	var cands []candidate
-	for _, prefix := range Prefixes {
+	for _, prefix := range s.prefixes() {
 		for o, err := range bucket.Objects(ctx, s.blobs, prefix, s.opts.PageSize) {
 			if err != nil {
 				return nil, wrap(err, "sweep: list %q (nothing deleted)", prefix)
 			}
 			if !strings.HasPrefix(o.Key, prefix) {
 				return nil, fmt.Errorf("sweep: list %q (nothing deleted): the bucket listed %q, outside the prefix", prefix, o.Key)
+			}
+			if prefix == MetaPrefix && !cairn.IsObjectKey(o.Key) {
+				continue // not a body object: not the sweep's
 			}
 			s.rep.Listed++
 			s.rep.ListedBytes += o.Size

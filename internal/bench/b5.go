@@ -94,7 +94,7 @@ func b5Load(ctx context.Context, store cairn.Store, refs []string) error {
 func bareSweep(ctx context.Context, cli *s3.Client, garbage []string, objects int) (list, del time.Duration, err error) {
 	start := time.Now()
 	listed := 0
-	for _, prefix := range sweep.Prefixes {
+	for _, prefix := range []string{sweep.ArtifactPrefix, sweep.FilePrefix} {
 		in := &s3.ListObjectsV2Input{Bucket: aws.String(gwBucket), Prefix: aws.String(prefix), MaxKeys: aws.Int32(bucket.MaxPageSize)}
 		for {
 			out, err := cli.ListObjectsV2(ctx, in)

@@ -29,6 +29,7 @@ func tiny() Config {
 		B3Entries: 10_000, B3Iterations: 1,
 		B4Checkpoints: 20, B4Keys: 100,
 		B5Objects: 300, B5Rounds: 1,
+		B11Threads: 1,
 	}
 }
 

@@ -1,0 +1,317 @@
+package etcdstore
+
+import (
+	"container/list"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/bucket"
+	"github.com/cairnstore/cairn/keys"
+)
+
+// The capacity layout (version 2 of the checkpoint record; docs/design.md,
+// "Capacity: what etcd keeps per checkpoint"). With Options.Objects set, a
+// checkpoint whose version-1 body would be larger than Options.InlineLimit
+// keeps its files, conversation and artifacts in body objects (objects.go)
+// in that bucket. etcd keeps:
+//
+//	P t T c f64(createdAt) I   the checkpoint record: its JSON header says
+//	                           layout 2 and names the root; the bytes after it
+//	                           are the checkpoint's header fields (id, thread,
+//	                           parent, createdAt, reason, label, run) in the
+//	                           body codec, without files, conversation or
+//	                           artifacts
+//	P r 4 T seq n 0            the checkpoint's one reference record: the
+//	                           32-byte root digest (keys.RootShard)
+//	P r 5 T                    for a transcript that names a root's
+//	                           conversation, the root digest
+//	                           (keys.TranscriptShard)
+//
+// plus the usual thread and index records. Objects are claimed for the writer
+// lease (namespace 2 of the claim keys) before they are put, so a sweep
+// cannot delete an object between the put and the append that names it.
+
+const (
+	// layoutObjects is the checkpoint record layout of the capacity layout.
+	layoutObjects = 2
+	// defaultInlineLimit is the default of Options.InlineLimit.
+	defaultInlineLimit = 64 << 10
+	// objectParallel bounds the object puts and gets one call sends at once.
+	objectParallel = 8
+	// objectCacheBytes bounds the cache of decoded objects.
+	objectCacheBytes = 32 << 20
+)
+
+// ObjectStore is the bucket that keeps a store's body objects: reads and
+// conditional puts are all the store needs of it. *bucket.S3 and
+// *bucket.Memory implement it.
+type ObjectStore interface {
+	bucket.Reader
+	bucket.Putter
+}
+
+// objectsOf returns the version-2 form of w: its record keeps only the
+// header fields, its one reference record names the root.
+func (w *newCheckpoint) toObjects() error {
+	root, objs, refs, err := splitCheckpointBody(w.c)
+	if err != nil {
+		return err
+	}
+	w.objects = append(objs, root)
+	for _, r := range refs {
+		w.objects = append(w.objects, r.object)
+	}
+	w.setRoot(root.digest)
+	return nil
+}
+
+// setRoot makes w a version-2 checkpoint naming root.
+func (w *newCheckpoint) setRoot(root keys.Digest) {
+	c := w.c
+	w.body = encodeCheckpoint(&cairn.Checkpoint{ID: c.ID, ThreadID: c.ThreadID, ParentCheckpointID: c.ParentCheckpointID,
+		CreatedAt: c.CreatedAt, Reason: c.Reason, Label: c.Label, SourceRunID: c.SourceRunID})
+	w.refs = [keys.NumShards][][]byte{}
+	w.mask = 1 << keys.RootShard
+	w.root = &root
+}
+
+// useObjects reports whether a checkpoint whose version-1 body has n bytes
+// goes to the capacity layout.
+func (s *Store) useObjects(n int) bool { return s.objects != nil && n > s.inlineLimit }
+
+// putObjects claims the keys of objs for the writer lease w, waits for and
+// claims again the keys a sweep is deleting, then puts the objects the bucket
+// lacks, objectParallel at a time.
+func (s *Store) putObjects(ctx context.Context, w cairn.Writer, objs []object) error {
+	blobs := make([]keys.Blob, 0, len(objs))
+	for _, o := range objs {
+		blobs = append(blobs, keys.Blob{NS: keys.NSObject, Digest: o.digest})
+	}
+	blobs = sortedBlobs(blobs)
+	for {
+		busy, err := s.claim(ctx, w, blobs)
+		if err != nil {
+			return err
+		}
+		if len(busy) == 0 {
+			break
+		}
+		blobs = blobsOf(busy)
+		if err := s.waitBlobs(ctx, blobs); err != nil {
+			return err
+		}
+	}
+	return forEach(ctx, len(objs), objectParallel, func(ctx context.Context, i int) error {
+		if _, err := s.objects.PutIfAbsent(ctx, objs[i].key, objs[i].data); err != nil {
+			return fmt.Errorf("etcdstore: put body object %s: %w", objs[i].key, err)
+		}
+		return nil
+	})
+}
+
+// object returns the verified bytes of the object with digest d, from the
+// cache or the bucket.
+func (s *Store) object(ctx context.Context, d keys.Digest) ([]byte, error) {
+	if b, ok := s.objCache.get(d); ok {
+		return b, nil
+	}
+	if s.objects == nil {
+		return nil, objError(d, fmt.Errorf("the store has no object bucket (Options.Objects)"))
+	}
+	b, err := objFetchObject(func(key string) ([]byte, error) { return s.objects.Get(ctx, key) }, d)
+	if err != nil {
+		return nil, fmt.Errorf("etcdstore: %w", err)
+	}
+	s.objCache.put(d, b)
+	return b, nil
+}
+
+// root returns the decoded root object with digest d.
+func (s *Store) root(ctx context.Context, d keys.Digest) (objRoot, error) {
+	b, err := s.object(ctx, d)
+	if err != nil {
+		return objRoot{}, err
+	}
+	r, err := objDecodeRoot(b)
+	if err != nil {
+		return objRoot{}, fmt.Errorf("etcdstore: %w", objError(d, err))
+	}
+	return r, nil
+}
+
+// objects fetches the objects with digests ds, objectParallel at a time,
+// into a map by object key.
+func (s *Store) fetchObjects(ctx context.Context, ds []keys.Digest) (map[string][]byte, error) {
+	got := make([][]byte, len(ds))
+	err := forEach(ctx, len(ds), objectParallel, func(ctx context.Context, i int) (err error) {
+		got[i], err = s.object(ctx, ds[i])
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string][]byte, len(ds))
+	for i, d := range ds {
+		out[objectKey(d)] = got[i]
+	}
+	return out, nil
+}
+
+// readBody returns the files, conversation and artifacts of the body whose
+// root is root: the root, then its leaves and conversation chunks in
+// parallel, each verified against its digest.
+func (s *Store) readBody(ctx context.Context, root keys.Digest) ([]cairn.Entry, json.RawMessage, []cairn.Artifact, error) {
+	r, err := s.root(ctx, root)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ds := append(partDigests(r.leaves), partDigests(r.conv)...)
+	ds = append(ds, root)
+	got, err := s.fetchObjects(ctx, ds)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	files, conv, arts, err := assembleCheckpointBody(root, func(key string) ([]byte, error) {
+		if b, ok := got[key]; ok {
+			return b, nil
+		}
+		return nil, bucket.ErrNotFound
+	})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("etcdstore: %w", err)
+	}
+	return files, conv, arts, nil
+}
+
+func partDigests(ps []objPart) []keys.Digest {
+	out := make([]keys.Digest, 0, len(ps))
+	seen := make(map[keys.Digest]bool, len(ps))
+	for _, p := range ps {
+		if !seen[p.digest] {
+			seen[p.digest] = true
+			out = append(out, p.digest)
+		}
+	}
+	return out
+}
+
+// parseRoot decodes the root digest of a version-2 checkpoint record.
+func parseRoot(s string) (keys.Digest, error) {
+	var d keys.Digest
+	b, err := hex.DecodeString(s)
+	if err != nil || len(b) != keys.DigestLen {
+		return d, fmt.Errorf("bad root digest %q", s)
+	}
+	copy(d[:], b)
+	return d, nil
+}
+
+// objCache is a bounded LRU of verified object bytes by digest. Objects are
+// immutable, so an entry never goes stale.
+type objCache struct {
+	mu    sync.Mutex
+	max   int
+	size  int
+	order *list.List // front: most recently used
+	byKey map[keys.Digest]*list.Element
+}
+
+type objCacheEntry struct {
+	d keys.Digest
+	b []byte
+}
+
+func newObjCache(max int) *objCache {
+	return &objCache{max: max, order: list.New(), byKey: map[keys.Digest]*list.Element{}}
+}
+
+func (c *objCache) get(d keys.Digest) ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.byKey[d]
+	if !ok {
+		return nil, false
+	}
+	c.order.MoveToFront(e)
+	return e.Value.(*objCacheEntry).b, true
+}
+
+func (c *objCache) put(d keys.Digest, b []byte) {
+	if len(b) > c.max/4 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.byKey[d]; ok {
+		return
+	}
+	c.byKey[d] = c.order.PushFront(&objCacheEntry{d, b})
+	c.size += len(b)
+	for c.size > c.max {
+		e := c.order.Back()
+		ent := e.Value.(*objCacheEntry)
+		c.order.Remove(e)
+		delete(c.byKey, ent.d)
+		c.size -= len(ent.b)
+	}
+}
+
+// headObjects remembers, per thread, the objects of the head this store
+// appended last in the capacity layout and the revision of the thread record
+// that append wrote. A child appended on exactly that thread record inherits
+// them: the parent is the head until the child's transaction commits, so its
+// objects stay referenced throughout, and need neither a claim nor a put
+// (the first of the three ways in "The rule both sides keep").
+type headObjects struct {
+	mu sync.Mutex
+	m  map[string]headSet
+}
+
+type headSet struct {
+	head string
+	rev  int64
+	set  map[keys.Digest]struct{}
+}
+
+// split returns the objects of objs that the head of thread has not, when
+// head is the head this store appended last there; the others, and the
+// thread record revision they are inherited on.
+func (h *headObjects) split(thread, head string, objs []object) (fresh, inherited []object, rev int64) {
+	h.mu.Lock()
+	hs, ok := h.m[thread]
+	h.mu.Unlock()
+	if !ok || head == "" || hs.head != head {
+		return objs, nil, 0
+	}
+	for _, o := range objs {
+		if _, ok := hs.set[o.digest]; ok {
+			inherited = append(inherited, o)
+		} else {
+			fresh = append(fresh, o)
+		}
+	}
+	return fresh, inherited, hs.rev
+}
+
+// remember records the objects of head, appended with thread record
+// revision rev; a version-1 head (no objects) forgets the thread.
+func (h *headObjects) remember(thread, head string, rev int64, objs []object) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(objs) == 0 {
+		delete(h.m, thread)
+		return
+	}
+	if len(h.m) >= maxCachedThreads {
+		clear(h.m)
+	}
+	set := make(map[keys.Digest]struct{}, len(objs))
+	for _, o := range objs {
+		set[o.digest] = struct{}{}
+	}
+	h.m[thread] = headSet{head: head, rev: rev, set: set}
+}
