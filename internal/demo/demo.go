@@ -167,7 +167,7 @@ func Run(ctx context.Context, opts Options) (res Result, err error) {
 		return res, err
 	}
 	defer blobs.Close()
-	store, err := etcdstore.New(client, "cairn-demo/", etcdstore.Options{})
+	store, err := etcdstore.New(client, "cairn-demo/", etcdstore.Options{Objects: blobs})
 	if err != nil {
 		return res, err
 	}

@@ -144,7 +144,9 @@ func run(hard, stop context.Context, cfg Config, log *slog.Logger, h *health, li
 	defer blobs.Close()
 	log.Info("bucket answers", "bucket", cfg.S3.Bucket, "endpoint", redactURLs(cfg.S3.Endpoint))
 
-	store, err := etcdstore.New(client, cfg.Prefix, etcdstore.Options{Logger: log})
+	// The bucket also holds the bodies of version-2 checkpoints, which the
+	// sweep must read to count their references and keep their objects.
+	store, err := etcdstore.New(client, cfg.Prefix, etcdstore.Options{Logger: log, Objects: blobs})
 	if err != nil {
 		return failed("cannot open the store", err)
 	}
