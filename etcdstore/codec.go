@@ -166,8 +166,15 @@ func encodeCheckpoint(c *cairn.Checkpoint) []byte {
 		e.str(f.BlobKey)
 		e.int(f.Size)
 	}
-	e.uint(uint64(len(c.Artifacts)))
-	for _, a := range c.Artifacts {
+	e.artifacts(c.Artifacts)
+	return e.b
+}
+
+// artifacts encodes a list of artifacts: a count, then each artifact's
+// fields in order. The body codec and the root object share it.
+func (e *encoder) artifacts(as []cairn.Artifact) {
+	e.uint(uint64(len(as)))
+	for _, a := range as {
 		e.str(a.ArtifactID)
 		e.str(a.Name)
 		e.str(a.MimeType)
@@ -175,8 +182,16 @@ func encodeCheckpoint(c *cairn.Checkpoint) []byte {
 		e.str(a.BlobKey)
 		e.f64(a.CreatedAt)
 	}
-	return e.b
 }
+
+// artifact decodes one artifact as encoder.artifacts writes it.
+func (d *decoder) artifact() cairn.Artifact {
+	return cairn.Artifact{ArtifactID: d.str(), Name: d.str(), MimeType: d.str(), Size: d.int(), BlobKey: d.str(), CreatedAt: d.f64()}
+}
+
+// minArtifactBytes is the smallest encoded artifact: 4 empty strings, a
+// varint and a float64.
+const minArtifactBytes = 13
 
 // decodeCheckpoint decodes what encodeCheckpoint wrote. It returns an error,
 // never panics, on any other input. It allocates the conversation, one string
@@ -204,9 +219,9 @@ func decodeCheckpoint(b []byte) (cairn.Checkpoint, error) {
 	for i := range c.Files {
 		c.Files[i] = cairn.Entry{Path: d.str(), Kind: cairn.EntryKind(d.str()), BlobKey: d.str(), Size: d.int()}
 	}
-	c.Artifacts = make([]cairn.Artifact, d.count(13)) // 4 strings, a varint, a float64: at least 13 bytes
+	c.Artifacts = make([]cairn.Artifact, d.count(minArtifactBytes))
 	for i := range c.Artifacts {
-		c.Artifacts[i] = cairn.Artifact{ArtifactID: d.str(), Name: d.str(), MimeType: d.str(), Size: d.int(), BlobKey: d.str(), CreatedAt: d.f64()}
+		c.Artifacts[i] = d.artifact()
 	}
 	if d.err != nil || len(d.b) != 0 {
 		return cairn.Checkpoint{}, errCodec

@@ -485,15 +485,7 @@ func objEncodeRoot(r *objRoot) []byte {
 		e.b = append(e.b, p.digest[:]...)
 		e.uint(uint64(p.n))
 	}
-	e.uint(uint64(len(r.artifacts)))
-	for _, a := range r.artifacts {
-		e.str(a.ArtifactID)
-		e.str(a.Name)
-		e.str(a.MimeType)
-		e.int(a.Size)
-		e.str(a.BlobKey)
-		e.f64(a.CreatedAt)
-	}
+	e.artifacts(r.artifacts)
 	return e.b
 }
 
@@ -547,13 +539,13 @@ func objDecodeRoot(b []byte) (objRoot, error) {
 	if d.err != nil {
 		return objRoot{}, errCodec
 	}
-	r.artifacts = make([]cairn.Artifact, d.count(13)) // 4 strings, a varint, a float64: at least 13 bytes
+	r.artifacts = make([]cairn.Artifact, d.count(minArtifactBytes))
 	if len(d.b) > 0 {
 		d.text = string(d.b)
 		d.base = len(d.b)
 	}
 	for i := range r.artifacts {
-		r.artifacts[i] = cairn.Artifact{ArtifactID: d.str(), Name: d.str(), MimeType: d.str(), Size: d.int(), BlobKey: d.str(), CreatedAt: d.f64()}
+		r.artifacts[i] = d.artifact()
 	}
 	if d.err != nil || len(d.b) != 0 {
 		return objRoot{}, errCodec

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -113,16 +112,7 @@ func (s *sweeper) runOnline(ctx context.Context) error {
 	}
 	slices.SortFunc(targets, func(a, b target) int { return strings.Compare(a.rec.Key, b.rec.Key) })
 
-	t = time.Now()
-	err = s.deleteOnline(ctx, targets)
-	rep.DeleteDuration = time.Since(t)
-	rep.Duration = time.Since(s.began)
-	level := slog.LevelInfo
-	if err != nil {
-		level = slog.LevelError
-	}
-	s.log.Log(ctx, level, "sweep finished", "phase", "done", "report", *rep, "error", err)
-	return err
+	return s.finish(ctx, func() error { return s.deleteOnline(ctx, targets) })
 }
 
 // abort logs and wraps an error of the store that stops the sweep before its

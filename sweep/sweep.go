@@ -334,8 +334,14 @@ func (s *sweeper) run(ctx context.Context) error {
 	s.log.InfoContext(ctx, "references read", "phase", "references", "references", rep.References,
 		"referenced", rep.Referenced, "duration", rep.ReferencesDuration)
 
-	t = time.Now()
-	err = s.delete(ctx, cands)
+	return s.finish(ctx, func() error { return s.delete(ctx, cands) })
+}
+
+// finish runs the deletes, times them, and logs the report.
+func (s *sweeper) finish(ctx context.Context, deletes func() error) error {
+	rep := s.rep
+	t := time.Now()
+	err := deletes()
 	rep.DeleteDuration = time.Since(t)
 	rep.Duration = time.Since(s.began)
 	level := slog.LevelInfo
