@@ -49,11 +49,7 @@ unit: tools
 
 ## fuzz: run each fuzz target briefly.
 fuzz:
-	@set -e; for pkg in $$($(GO) list ./...); do \
-	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
-	    echo "fuzz $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$pkg; \
-	  done; \
-	done
+	@GO=$(GO) FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh
 
 ## integration: the integration suite alone: separate etcd processes, the
 ## fault campaign, etcd 3.4, TLS and authentication, the compose file. `make
