@@ -44,7 +44,7 @@ func TestBlackholeCutsOffAMember(t *testing.T) {
 		}
 		newLeader := len(leaders) == 2 && leaders[0] == leaders[1] && leaders[0] != 0
 		for _, st := range sts {
-			if st.Member == old && st.ID == leaders[0] {
+			if newLeader && st.Member == old && st.ID == leaders[0] {
 				newLeader = false
 			}
 		}
