@@ -52,22 +52,12 @@ func (s *sweeper) runOnline(ctx context.Context) error {
 	rep := s.rep
 	rep.DryRun = s.opts.DryRun
 	rep.Online = true
-	rep.Now = s.opts.Now()
-	rep.Cutoff = rep.Now.Add(-s.opts.OlderThan)
-	s.log.InfoContext(ctx, "sweep started", "phase", "start", "older_than", s.opts.OlderThan.String(),
-		"now", rep.Now, "cutoff", rep.Cutoff, "dry_run", s.opts.DryRun, "max_deletes", s.opts.MaxDeletes, "protocol", "online")
-
-	t := time.Now()
-	cands, err := s.list(ctx)
-	rep.ListDuration = time.Since(t)
+	cands, err := s.startAndList(ctx, "online")
 	if err != nil {
-		s.log.ErrorContext(ctx, "sweep aborted: listing failed, nothing deleted", "phase", "list", "error", err)
 		return err
 	}
-	s.log.InfoContext(ctx, "bucket listed", "phase", "list", "listed", rep.Listed, "young", rep.Young,
-		"duration", rep.ListDuration.String())
 
-	t = time.Now()
+	t := time.Now()
 	view, err := s.readGC(ctx, cands)
 	rep.ReferencesDuration = time.Since(t)
 	if err != nil {

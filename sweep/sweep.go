@@ -309,22 +309,12 @@ type sweeper struct {
 func (s *sweeper) run(ctx context.Context) error {
 	rep := s.rep
 	rep.DryRun = s.opts.DryRun
-	rep.Now = s.opts.Now()
-	rep.Cutoff = rep.Now.Add(-s.opts.OlderThan)
-	s.log.InfoContext(ctx, "sweep started", "phase", "start", "older_than", s.opts.OlderThan,
-		"now", rep.Now, "cutoff", rep.Cutoff, "dry_run", s.opts.DryRun, "max_deletes", s.opts.MaxDeletes)
-
-	t := time.Now()
-	cands, err := s.list(ctx)
-	rep.ListDuration = time.Since(t)
+	cands, err := s.startAndList(ctx, "upstream")
 	if err != nil {
-		s.log.ErrorContext(ctx, "sweep aborted: listing failed, nothing deleted", "phase", "list", "error", err)
 		return err
 	}
-	s.log.InfoContext(ctx, "bucket listed", "phase", "list", "listed", rep.Listed, "young", rep.Young,
-		"old", len(cands), "duration", rep.ListDuration)
 
-	t = time.Now()
+	t := time.Now()
 	err = s.markReferenced(ctx, cands)
 	rep.ReferencesDuration = time.Since(t)
 	if err != nil {
@@ -335,6 +325,30 @@ func (s *sweeper) run(ctx context.Context) error {
 		"referenced", rep.Referenced, "duration", rep.ReferencesDuration)
 
 	return s.finish(ctx, func() error { return s.delete(ctx, cands) })
+}
+
+// startAndList takes now and the cutoff, logs the start, and lists the
+// bucket; both paths begin with it.
+func (s *sweeper) startAndList(ctx context.Context, protocol string) ([]candidate, error) {
+	rep := s.rep
+	rep.Now = s.opts.Now()
+	rep.Cutoff = rep.Now.Add(-s.opts.OlderThan)
+	s.log.InfoContext(ctx, "sweep started", "phase", "start", "older_than", s.opts.OlderThan.String(),
+		"now", rep.Now, "cutoff", rep.Cutoff, "dry_run", s.opts.DryRun, "max_deletes", s.opts.MaxDeletes, "protocol", protocol)
+	t := time.Now()
+	cands, err := s.list(ctx)
+	rep.ListDuration = time.Since(t)
+	if err != nil {
+		s.log.ErrorContext(ctx, "sweep aborted: listing failed, nothing deleted", "phase", "list", "error", err)
+		return nil, err
+	}
+	old := len(cands)
+	if s.keepYoung {
+		old -= rep.Young
+	}
+	s.log.InfoContext(ctx, "bucket listed", "phase", "list", "listed", rep.Listed, "young", rep.Young,
+		"old", old, "duration", rep.ListDuration.String())
+	return cands, nil
 }
 
 // finish runs the deletes, times them, and logs the report.
