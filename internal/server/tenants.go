@@ -37,7 +37,7 @@ func HashToken(token string) string {
 // <token>", where <token> is either "sha256:" and the 64 hex digits of the
 // token's SHA-256 (as HashToken prints it; the recommended form, so the list
 // holds no secret) or the token itself, which is hashed at once. An empty
-// prefix is written as "”". Blank lines and lines starting with # are
+// prefix is written as two double quotes, "". Blank lines and lines starting with # are
 // skipped. Names must be distinct, and no prefix may be a prefix of
 // another's, so that no tenant's keys fall under another's prefix.
 func ParseTokens(r io.Reader) ([]Tenant, error) {
@@ -55,7 +55,7 @@ func ParseTokens(r io.Reader) ([]Tenant, error) {
 			return nil, fmt.Errorf("%w: line %d: want \"<name> <prefix> <token>\", got %d fields", ErrTokens, line, len(f))
 		}
 		t := Tenant{Name: f[0], Prefix: f[1]}
-		if t.Prefix == "''" {
+		if t.Prefix == `""` {
 			t.Prefix = ""
 		}
 		if hexHash, ok := strings.CutPrefix(f[2], "sha256:"); ok {
