@@ -27,6 +27,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/cairnstore/cairn/bucket"
+	"github.com/cairnstore/cairn/internal/cli"
 	"github.com/cairnstore/cairn/internal/embedetcd"
 )
 
@@ -193,15 +194,38 @@ func checkLoopback(addr string) error {
 // Env returns the CAIRN_ variables, as NAME=value, that point the cairn
 // command, the sweeper and an application at the stack.
 func (s *Stack) Env() []string {
+	return env(strings.Join(s.EtcdEndpoints, ","), s.S3.Endpoint)
+}
+
+// EnvFor returns what Env would return for a stack started with these
+// addresses, which must name a port: the variables of a running stack for
+// another shell. It returns an error matching ErrOptions for an address that
+// Start would refuse or that leaves the port to choose.
+func EnvFor(etcdAddr, s3Addr string) ([]string, error) {
+	for _, a := range []struct{ name, addr string }{{"etcd", etcdAddr}, {"S3", s3Addr}} {
+		err := checkLoopback(a.addr)
+		if err == nil {
+			if _, port, _ := net.SplitHostPort(a.addr); port == "" || port == "0" {
+				err = fmt.Errorf("%q leaves the port to choose, so only the running stack knows it", a.addr)
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s address: %w", ErrOptions, a.name, err)
+		}
+	}
+	return env(etcdAddr, "http://"+s3Addr), nil
+}
+
+func env(etcdEndpoints, s3Endpoint string) []string {
 	return []string{
-		"CAIRN_ETCD_ENDPOINTS=" + strings.Join(s.EtcdEndpoints, ","),
-		"CAIRN_PREFIX=" + s.Prefix,
-		"CAIRN_S3_ENDPOINT=" + s.S3.Endpoint,
-		"CAIRN_S3_BUCKET=" + s.S3.Bucket,
-		"CAIRN_S3_REGION=" + s.S3.Region,
-		"CAIRN_S3_PATH_STYLE=true",
-		"CAIRN_S3_ACCESS_KEY_ID=" + s.S3.AccessKeyID,
-		"CAIRN_S3_SECRET_ACCESS_KEY=" + s.S3.SecretAccessKey,
+		cli.EnvName("etcd-endpoints") + "=" + etcdEndpoints,
+		cli.EnvName("prefix") + "=" + Prefix,
+		cli.EnvName("s3-endpoint") + "=" + s3Endpoint,
+		cli.EnvName("s3-bucket") + "=" + Bucket,
+		cli.EnvName("s3-region") + "=" + Region,
+		cli.EnvName("s3-path-style") + "=true",
+		cli.EnvS3AccessKeyID + "=" + AccessKeyID,
+		cli.EnvS3SecretAccessKey + "=" + SecretAccessKey,
 	}
 }
 

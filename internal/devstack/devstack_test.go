@@ -184,3 +184,20 @@ func BenchmarkStart(b *testing.B) {
 	}
 	b.ReportMetric(float64(took.Milliseconds())/float64(b.N), "ms/start")
 }
+
+func TestEnvFor(t *testing.T) {
+	s := start(t, t.TempDir())
+	host, port, _ := net.SplitHostPort(strings.TrimPrefix(s.S3.Endpoint, "http://"))
+	got, err := EnvFor(s.EtcdEndpoints[0], net.JoinHostPort(host, port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(got, "\n") != strings.Join(s.Env(), "\n") {
+		t.Errorf("EnvFor = %q, want the running stack's %q", got, s.Env())
+	}
+	for _, bad := range [][2]string{{"127.0.0.1:0", "127.0.0.1:9000"}, {"127.0.0.1:2379", "10.0.0.1:9000"}, {"127.0.0.1:2379", "127.0.0.1"}} {
+		if _, err := EnvFor(bad[0], bad[1]); !errors.Is(err, ErrOptions) {
+			t.Errorf("EnvFor(%q, %q) = %v, want ErrOptions", bad[0], bad[1], err)
+		}
+	}
+}
