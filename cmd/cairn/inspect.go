@@ -31,12 +31,10 @@ Example:
   cairn log t1
   cairn log -n 5 -o json t1`,
 	setup: func(s *cli.Set) func(context.Context, *call) error {
-		limit := s.Int("n", 0, "list at most this many checkpoints (0: all)")
+		limit := new(int)
+		s.Var(count{limit}, "n", "list at most this many checkpoints (0: all)")
 		output := outputFlag(s)
 		return func(ctx context.Context, c *call) error {
-			if *limit < 0 {
-				return fmt.Errorf("%w: -n must be 0 (all) or more, got %d", cli.ErrUsage, *limit)
-			}
 			thread := c.args[0]
 			chain, err := headChain(ctx, c.store, thread)
 			if err != nil {
@@ -280,6 +278,25 @@ func (c choice) Set(s string) error {
 		}
 	}
 	return fmt.Errorf("%q is not one of %v", s, c.allowed)
+}
+
+// count is a flag.Value for a number of 0 or more.
+type count struct{ n *int }
+
+func (c count) String() string {
+	if c.n == nil {
+		return "0"
+	}
+	return strconv.Itoa(*c.n)
+}
+
+func (c count) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return fmt.Errorf("%q is not a whole number of 0 or more", s)
+	}
+	*c.n = n
+	return nil
 }
 
 func writeJSON(w io.Writer, v any) error {
