@@ -176,7 +176,7 @@ Example:
 			fmt.Fprintln(tw, "KIND\tSIZE\tPATH\tBLOB")
 			for _, e := range cp.Files {
 				if e.Kind == cairn.KindDir {
-					fmt.Fprintf(tw, "dir\t-\t%s/\t\n", quotePath(e.Path))
+					fmt.Fprintf(tw, "dir\t-\t%s/\t-\n", quotePath(e.Path))
 					continue
 				}
 				fmt.Fprintf(tw, "file\t%d\t%s\t%s\n", e.Size, quotePath(e.Path), e.BlobKey)
@@ -299,10 +299,15 @@ func (c count) Set(s string) error {
 	return nil
 }
 
+// writeJSON writes v as one line of compact JSON, so that a checkpoint's
+// conversation keeps its bytes; jq pretty-prints it.
 func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(data, '\n'))
+	return err
 }
 
 // totals counts the files of a checkpoint and adds up their sizes.
