@@ -16,6 +16,9 @@ import (
 	"syscall"
 
 	"golang.org/x/term"
+
+	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/snapshot"
 )
 
 // The exit codes, as `cairn --help` and the README list them.
@@ -164,7 +167,7 @@ func exitCode(err error) int {
 		return exitOK
 	case isUsage(err):
 		return exitUsage
-	case errors.Is(err, errNotFound):
+	case errors.Is(err, errNotFound), errors.Is(err, snapshot.ErrMissingCheckpoint), errors.Is(err, cairn.ErrForkSourceNotFound):
 		return exitNotFound
 	case errors.Is(err, errProblems):
 		return exitProblems

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/cairnstore/cairn/snapshot"
 )
 
 func TestPermute(t *testing.T) {
@@ -92,8 +94,8 @@ func TestFormat(t *testing.T) {
 func TestBar(t *testing.T) {
 	t.Run("not-a-terminal", func(t *testing.T) {
 		var out bytes.Buffer
-		b := newBar(&out, false, "capturing")
-		b.update(1, 2, 10, 20)
+		b := newBar(&out, false)
+		b.event(snapshot.Progress{Phase: snapshot.PhaseHash, FilesDone: 1, FilesTotal: 2, BytesDone: 10, BytesTotal: 20})
 		b.finish()
 		if out.Len() != 0 {
 			t.Errorf("a bar off a terminal wrote %q", out.String())
@@ -101,17 +103,25 @@ func TestBar(t *testing.T) {
 	})
 	t.Run("terminal", func(t *testing.T) {
 		var out bytes.Buffer
-		b := newBar(&out, true, "capturing")
-		b.update(0, 2, 0, 2048)
-		b.update(2, 2, 2048, 2048) // done: drawn although within the tick
+		b := newBar(&out, true)
+		b.event(snapshot.Progress{Phase: snapshot.PhaseHash, FilesTotal: 2, BytesTotal: 2048})
+		b.event(snapshot.Progress{Phase: snapshot.PhaseHash, FilesDone: 1, FilesTotal: 2, BytesDone: 1, BytesTotal: 2048}) // within the tick: not drawn
+		b.event(snapshot.Progress{Phase: snapshot.PhaseHash, FilesDone: 2, FilesTotal: 2, BytesDone: 2048, BytesTotal: 2048})
+		b.event(snapshot.Progress{Phase: snapshot.PhaseUpload, FilesDone: 1, FilesTotal: 1, BytesDone: 1024, BytesTotal: 1024})
 		b.finish()
-		s := out.String()
-		if !strings.HasPrefix(s, "\rcapturing [") || !strings.HasSuffix(s, "\n") {
-			t.Fatalf("bar wrote %q", s)
+		lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+		if len(lines) != 2 {
+			t.Fatalf("bar wrote %q, want one line per phase", out.String())
 		}
-		last := s[strings.LastIndex(s, "\r"):]
-		if !strings.Contains(last, "[==============================] 2/2 files, 2.0 KiB/2.0 KiB") {
-			t.Errorf("final state %q", last)
+		if strings.Contains(lines[0], "1/2 files") {
+			t.Errorf("a draw within the tick was not skipped: %q", lines[0])
+		}
+		hash := lines[0][strings.LastIndex(lines[0], "\r"):]
+		if !strings.HasPrefix(hash, "\rhashing") || !strings.Contains(hash, "[==============================] 2/2 files, 2.0 KiB/2.0 KiB") {
+			t.Errorf("hash line ends %q", hash)
+		}
+		if !strings.HasPrefix(lines[1], "\ruploading") || !strings.Contains(lines[1], "1/1 files, 1.0 KiB/1.0 KiB") {
+			t.Errorf("upload line %q", lines[1])
 		}
 	})
 }
