@@ -81,7 +81,7 @@ func TestInspect(t *testing.T) {
 			Files: []cairn.Entry{{Path: "main.go", Kind: cairn.KindFile}}},
 		cairn.Checkpoint{ID: "cp-2", ThreadID: "t1", ParentCheckpointID: "cp-1", CreatedAt: 1767323046000, Reason: cairn.ReasonNamed, Label: "green",
 			Conversation: json.RawMessage(`[{"role":"user"}]`),
-			Files: []cairn.Entry{{Path: "docs", Kind: cairn.KindDir}, {Path: "docs/read me.md", Kind: cairn.KindFile}, {Path: "main.go", Kind: cairn.KindFile}}},
+			Files:        []cairn.Entry{{Path: "docs", Kind: cairn.KindDir}, {Path: "docs/read me.md", Kind: cairn.KindFile}, {Path: "main.go", Kind: cairn.KindFile}}},
 		cairn.Checkpoint{ID: "cp-9", ThreadID: "t2", CreatedAt: 1767323047000, Reason: cairn.ReasonAutomatic, Conversation: json.RawMessage(`[]`)},
 	)
 
