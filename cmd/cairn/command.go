@@ -28,15 +28,22 @@ type command struct {
 	setup func(s *cli.Set) func(ctx context.Context, c *call) error
 }
 
-// call is one run of a command: its arguments and, when the command uses
-// it, the open store.
+// call is one run of a command: its arguments and, once open has been
+// called, the store.
 type call struct {
 	p     proc
 	args  []string
 	set   *cli.Set
+	conn  *conn
 	store *etcdstore.Store
 	blobs *bucket.S3
 	close func()
+}
+
+// open opens the store; a command calls it once it has checked its own flags
+// and arguments, so that a usage error never waits for etcd.
+func (k *call) open(ctx context.Context) error {
+	return k.conn.open(ctx, k)
 }
 
 // commands are the subcommands, in the order cairn --help lists them.
@@ -146,13 +153,12 @@ func (cmd *command) exec(ctx context.Context, p proc, args []string) error {
 			return err
 		}
 	}
-	k := &call{p: p, args: positional, set: s}
-	if cmd.store {
-		if err := cn.open(ctx, k); err != nil {
-			return err
+	k := &call{p: p, args: positional, set: s, conn: &cn}
+	defer func() {
+		if k.close != nil {
+			k.close()
 		}
-		defer k.close()
-	}
+	}()
 	return runFn(ctx, k)
 }
 

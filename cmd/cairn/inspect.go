@@ -35,6 +35,9 @@ Example:
 		s.Var(count{limit}, "n", "list at most this many checkpoints (0: all)")
 		output := outputFlag(s)
 		return func(ctx context.Context, c *call) error {
+			if err := c.open(ctx); err != nil {
+				return err
+			}
 			thread := c.args[0]
 			chain, err := headChain(ctx, c.store, thread)
 			if err != nil {
@@ -102,6 +105,9 @@ Example:
 	setup: func(s *cli.Set) func(context.Context, *call) error {
 		output := outputFlag(s)
 		return func(ctx context.Context, c *call) error {
+			if err := c.open(ctx); err != nil {
+				return err
+			}
 			type thread struct {
 				ID   string `json:"threadId"`
 				Head string `json:"headId"`
@@ -154,6 +160,9 @@ Example:
 	setup: func(s *cli.Set) func(context.Context, *call) error {
 		output := outputFlag(s)
 		return func(ctx context.Context, c *call) error {
+			if err := c.open(ctx); err != nil {
+				return err
+			}
 			cp, err := getCheckpoint(ctx, c.store, c.args[0])
 			if err != nil {
 				return err
@@ -206,6 +215,9 @@ Example:
 		objects := s.Bool("objects", false, "also fetch and decode every checkpoint object from the bucket")
 		output := outputFlag(s)
 		return func(ctx context.Context, c *call) error {
+			if err := c.open(ctx); err != nil {
+				return err
+			}
 			r, err := c.store.Verify(ctx, etcdstore.VerifyOptions{Objects: *objects})
 			if err != nil {
 				return fmt.Errorf("verify the store: %w", err)

@@ -250,6 +250,11 @@ func TestUsageErrors(t *testing.T) {
 		{name: "bad-output", env: store, args: []string{"show", "-o", "yaml", "cp-1"}, want: `"yaml" is not one of [text json]`},
 		{name: "negative-count", env: store, args: []string{"log", "-n", "-1", "t1"}, want: `"-1" is not a whole number of 0 or more`},
 		{name: "cert-without-key", env: store, args: []string{"threads", "--etcd-cert", "c.pem"}, want: "--etcd-cert and --etcd-key go together"},
+		{name: "capture-without-thread", env: store, args: []string{"capture", "."}, want: "--thread (or CAIRN_THREAD) is required"},
+		{name: "capture-bad-concurrency", env: store, args: []string{"capture", "--thread", "t1", "--concurrency", "-1", "."}, want: "--concurrency must be 0"},
+		{name: "restore-include", env: store, args: []string{"restore", "--include", "*.go", "cp-1", "out"}, want: "--include applies to capture"},
+		{name: "restore-one-argument", env: store, args: []string{"restore", "cp-1"}, want: "want 2 arguments, got 1"},
+		{name: "fork-without-thread", env: store, args: []string{"fork", "cp-1"}, want: "--thread (or CAIRN_THREAD) is required"},
 		{name: "dev-not-loopback", args: []string{"dev", "--data", "d", "--s3-listen", "0.0.0.0:9000"}, want: "loopback"},
 		{name: "dev-print-env-free-port", args: []string{"dev", "--print-env", "--etcd-listen", "127.0.0.1:0"}, want: "leaves the port to choose"},
 	}

@@ -69,6 +69,9 @@ Example:
 			if err := checkConcurrency(&in.Options); err != nil {
 				return err
 			}
+			if err := c.open(ctx); err != nil {
+				return err
+			}
 			in.Dir = c.args[0]
 			var finish func()
 			in.Options.Progress, finish = progressTo(c)
@@ -108,6 +111,9 @@ Example:
 			if len(opts.Include) > 0 {
 				return cli.Usagef("--include applies to capture; a restore writes every file of the checkpoint")
 			}
+			if err := c.open(ctx); err != nil {
+				return err
+			}
 			id, dir := c.args[0], c.args[1]
 			cp, err := getCheckpoint(ctx, c.store, id)
 			if err != nil {
@@ -145,6 +151,9 @@ Example:
 			if in.DestinationThreadID == "" {
 				return cli.Usagef("--thread (or %s) is required: the new thread to fork into", cli.EnvName("thread"))
 			}
+			if err := c.open(ctx); err != nil {
+				return err
+			}
 			in.SourceCheckpointID = c.args[0]
 			root, err := snapshot.Fork(ctx, c.store, in)
 			if err != nil {
@@ -171,6 +180,9 @@ Example:
 	setup: func(s *cli.Set) func(context.Context, *call) error {
 		output := outputFlag(s)
 		return func(ctx context.Context, c *call) error {
+			if err := c.open(ctx); err != nil {
+				return err
+			}
 			a, err := getCheckpoint(ctx, c.store, c.args[0])
 			if err != nil {
 				return err
