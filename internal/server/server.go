@@ -172,6 +172,9 @@ func (srv *Server) ready(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintln(w, "ok")
 }
 
+// Tenants returns the tenants the server serves.
+func (srv *Server) Tenants() []Tenant { return srv.tenants }
+
 // Drain makes /readyz fail, so that load balancers stop sending requests;
 // the caller then shuts the HTTP server down, which waits for the requests
 // in flight.
