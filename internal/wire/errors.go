@@ -102,6 +102,22 @@ func Detail(ce *connect.Error) *cairnv1.ErrorDetail {
 	return nil
 }
 
+// refusedUnread reports whether ce is an error that the server (or a proxy)
+// sends only for a request it refused before any handler ran: connect-go's
+// read limit (RESOURCE_EXHAUSTED), a codec or procedure it does not serve,
+// a message it cannot decode, or an HTTP 401 or 403 of a proxy.
+func refusedUnread(ce *connect.Error) bool {
+	if !connect.IsWireError(ce) {
+		return false
+	}
+	switch ce.Code() {
+	case connect.CodeResourceExhausted, connect.CodeUnimplemented, connect.CodeInvalidArgument,
+		connect.CodeUnauthenticated, connect.CodePermissionDenied:
+		return true
+	}
+	return false
+}
+
 // FromConnect converts an error of a call into the error a client returns.
 // A contract error becomes a *cairn.Error with its code and message (the
 // Connect error is its cause), so errors.Is(err, cairn.ErrStaleHead) works.
@@ -115,7 +131,7 @@ func FromConnect(err error, write bool) (out error, unknown bool) {
 	}
 	d := Detail(ce)
 	if d == nil {
-		return err, write
+		return err, write && !refusedUnread(ce)
 	}
 	out = err
 	if d.Code != "" {
