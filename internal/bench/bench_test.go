@@ -29,6 +29,7 @@ func tiny() Config {
 		B3Entries: 10_000, B3Iterations: 1,
 		B4Checkpoints: 20, B4Keys: 100,
 		B5Objects: 300, B5Rounds: 1,
+		B10Appends: 3,
 		B11Threads: 1,
 	}
 }
@@ -57,8 +58,9 @@ func TestRunPrintsTheTable(t *testing.T) {
 		}
 	}
 	// B5 gives two rows: the upstream sweep and the sweep under the online
-	// protocol (B5P).
+	// protocol (B5P); B10 the append (B10) and the get (B10G).
 	want := slices.Insert(slices.Clone(Workloads), slices.Index(Workloads, "B5")+1, "B5P")
+	want = slices.Insert(want, slices.Index(want, "B10")+1, "B10G")
 	if !slices.Equal(ids, want) {
 		t.Errorf("rows %v, want %v", ids, want)
 	}
