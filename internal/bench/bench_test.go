@@ -142,3 +142,20 @@ func TestMayWrite(t *testing.T) {
 		t.Fatalf("inner tally: %d calls, %d writes", il.count(), il.writes())
 	}
 }
+
+// TestB10Rows runs B10 alone at a tiny size: it serves cairnd on loopback
+// and gives the append and the get rows.
+func TestB10Rows(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cfg := tiny()
+	cfg.Only = []string{"B10"}
+	var out bytes.Buffer
+	rows, err := Run(ctx, cfg, &out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if len(rows) != 2 || rows[0].ID != "B10" || rows[1].ID != "B10G" {
+		t.Fatalf("rows %+v, want B10 and B10G", rows)
+	}
+}
