@@ -156,8 +156,8 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Config, er
 	return c, nil
 }
 
-// tenants reads the tenant list of the configuration.
-func (c Config) tenants() ([]server.Tenant, error) {
+// Tenants reads the tenant list of the configuration.
+func (c Config) Tenants() ([]server.Tenant, error) {
 	switch {
 	case c.TokensFile != "":
 		f, err := os.Open(c.TokensFile)
@@ -233,7 +233,7 @@ func run(cfg Config, log *slog.Logger, e Env) error {
 	defer cancel()
 	var tenants []server.Tenant
 	if cfg.TokensFile != "" || cfg.Tokens != "" {
-		ts, err := cfg.tenants()
+		ts, err := cfg.Tenants()
 		if err != nil {
 			return err
 		}
