@@ -325,6 +325,7 @@ func serve(cfg Config, log *slog.Logger, e Env, srv *server.Server) error {
 		return fmt.Errorf("--listen %s: %w", cfg.Listen, err)
 	}
 	scheme := "http"
+	serveOn := hs.Serve
 	if cfg.TLSCert != "" {
 		tc, err := tlsConfig(cfg)
 		if err != nil {
@@ -332,14 +333,14 @@ func serve(cfg Config, log *slog.Logger, e Env, srv *server.Server) error {
 			return err
 		}
 		hs.TLSConfig = tc
-		l = tls.NewListener(l, tc)
 		scheme = "https"
+		serveOn = func(l net.Listener) error { return hs.ServeTLS(l, "", "") }
 	} else {
 		// Plain HTTP/2 (h2c) too, for gRPC clients without TLS.
 		hs.Handler = h2c.NewHandler(hs.Handler, &http2.Server{})
 	}
 	done := make(chan error, 1)
-	go func() { done <- hs.Serve(l) }()
+	go func() { done <- serveOn(l) }()
 	log.Info("serving the Connect API, /healthz, /readyz and /metrics", "address", scheme+"://"+l.Addr().String(),
 		"tenants", len(srv.Tenants()), "client_certificates", cfg.TLSClientCA != "")
 	if e.Listening != nil {
