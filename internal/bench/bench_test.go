@@ -146,18 +146,21 @@ func TestMayWrite(t *testing.T) {
 }
 
 // TestB10Rows runs B10 alone at a tiny size: it serves cairnd on loopback
-// and gives the append and the get rows.
+// and gives the append and the get rows, and the row of an external client.
 func TestB10Rows(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cfg := tiny()
 	cfg.Only = []string{"B10"}
+	// The external command gets the server's address and a token, and its
+	// figure becomes a row.
+	cfg.B10Command = []string{"sh", "-c", `case "$CAIRN_BENCH_URL" in http://127.0.0.1:*) ;; *) exit 1;; esac; test -n "$CAIRN_BENCH_TOKEN" && echo "append_p50_ms 1.5"`}
 	var out bytes.Buffer
 	rows, err := Run(ctx, cfg, &out)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
-	if len(rows) != 2 || rows[0].ID != "B10" || rows[1].ID != "B10G" {
-		t.Fatalf("rows %+v, want B10 and B10G", rows)
+	if len(rows) != 3 || rows[0].ID != "B10" || rows[1].ID != "B10G" || rows[2].ID != "B10X" || rows[2].Cairn != "1.50 ms" {
+		t.Fatalf("rows %+v, want B10, B10G and B10X of 1.50 ms", rows)
 	}
 }
