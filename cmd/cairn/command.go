@@ -215,11 +215,3 @@ func plural(n int, what string) string {
 
 // isUsage reports whether err is a usage error.
 func isUsage(err error) bool { return errors.Is(err, cli.ErrUsage) }
-
-// withUsage marks err as a usage error when it matches sentinel.
-func withUsage(err, sentinel error) error {
-	if errors.Is(err, sentinel) && !isUsage(err) {
-		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
-	}
-	return err
-}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -58,7 +59,10 @@ Example:
 				if ctx.Err() != nil {
 					return nil // interrupted while starting
 				}
-				return withUsage(err, devstack.ErrOptions)
+				if errors.Is(err, devstack.ErrOptions) {
+					return fmt.Errorf("%w: %w", cli.ErrUsage, err)
+				}
+				return fmt.Errorf("%w (--etcd-listen and --s3-listen choose other addresses, --data another directory)", err)
 			}
 			fmt.Fprintf(c.p.stderr, "cairn dev: etcd on %s, S3 on %s (bucket %s), data in %s; ready in %v. Ctrl-C stops.\n",
 				strings.Join(stack.EtcdEndpoints, ","), stack.S3.Endpoint, stack.S3.Bucket, stack.Dir, stack.Took.Round(time.Millisecond))

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -303,5 +304,17 @@ func TestDevStopsOnSignal(t *testing.T) {
 				t.Errorf("cairn dev did not say it stopped:\n%s", d.stderr)
 			}
 		})
+	}
+}
+
+func TestDevBusyPort(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { busy.Close() })
+	r := runCairn(t, nil, "dev", "--data", t.TempDir(), "--etcd-listen", "127.0.0.1:0", "--s3-listen", busy.Addr().String())
+	if r.code != exitFailure || !strings.Contains(r.stderr, busy.Addr().String()) || !strings.Contains(r.stderr, "--s3-listen") {
+		t.Errorf("cairn dev on a busy port: %v, want exit 1 naming the address and the flag", r)
 	}
 }
