@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -96,28 +95,15 @@ func ok(t *testing.T, env []string, args ...string) string {
 type dev struct {
 	cmd    *exec.Cmd
 	env    []string // the variables it printed, NAME=value
-	stderr *syncBuffer
+	stderr string // the file its stderr goes to
 	exited chan struct{} // closed when the process has exited
 	err    error         // of Wait, once exited is closed
 }
 
-// syncBuffer is a bytes.Buffer that the process's output goroutine and the
-// test may use at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
+// log returns what the process wrote to stderr so far.
+func (d *dev) log() string {
+	data, _ := os.ReadFile(d.stderr)
+	return string(data)
 }
 
 // startDev starts `cairn dev` on dir, on free ports, and waits for its
@@ -130,8 +116,13 @@ func startDev(t *testing.T, dir string) *dev {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &dev{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{})}
-	cmd.Stderr = d.stderr
+	d := &dev{cmd: cmd, stderr: filepath.Join(t.TempDir(), "dev.log"), exited: make(chan struct{})}
+	logFile, err := os.Create(d.stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close() // the child has its own copy
+	cmd.Stderr = logFile
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +153,7 @@ func startDev(t *testing.T, dir string) *dev {
 		case line, open := <-lines:
 			if !open {
 				<-d.exited
-				t.Fatalf("cairn dev exited before printing its variables: %v\n%s", d.err, d.stderr)
+				t.Fatalf("cairn dev exited before printing its variables: %v\n%s", d.err, d.log())
 			}
 			kv, found := strings.CutPrefix(line, "export ")
 			if !found {
@@ -170,7 +161,7 @@ func startDev(t *testing.T, dir string) *dev {
 			}
 			d.env = append(d.env, kv)
 		case <-timeout:
-			t.Fatalf("cairn dev printed no variables within a minute:\n%s", d.stderr)
+			t.Fatalf("cairn dev printed no variables within a minute:\n%s", d.log())
 		}
 	}
 	return d
@@ -185,7 +176,7 @@ func (d *dev) stop(t *testing.T, sig syscall.Signal) int {
 	select {
 	case <-d.exited:
 	case <-time.After(time.Minute):
-		t.Fatalf("cairn dev did not stop within a minute of %v:\n%s", sig, d.stderr)
+		t.Fatalf("cairn dev did not stop within a minute of %v:\n%s", sig, d.log())
 	}
 	var exit *exec.ExitError
 	if errors.As(d.err, &exit) {
@@ -298,10 +289,10 @@ func TestDevStopsOnSignal(t *testing.T) {
 		t.Run(sig.String(), func(t *testing.T) {
 			d := startDev(t, t.TempDir())
 			if code := d.stop(t, sig); code != 0 {
-				t.Fatalf("cairn dev exited %d on %v, want 0:\n%s", code, sig, d.stderr)
+				t.Fatalf("cairn dev exited %d on %v, want 0:\n%s", code, sig, d.log())
 			}
-			if !strings.Contains(d.stderr.String(), "stopped") {
-				t.Errorf("cairn dev did not say it stopped:\n%s", d.stderr)
+			if !strings.Contains(d.log(), "stopped") {
+				t.Errorf("cairn dev did not say it stopped:\n%s", d.log())
 			}
 		})
 	}
