@@ -1,0 +1,187 @@
+package snapshot_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/bucket"
+	"github.com/cairnstore/cairn/snapshot"
+)
+
+// env is a memory store with fork support and a memory bucket.
+type env struct {
+	store *cairn.MemoryForkStore
+	blobs *bucket.Memory
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	st, err := cairn.NewMemoryForkStore(cairn.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{store: st, blobs: bucket.NewMemory(nil)}
+}
+
+// uploader takes a writer lease on thread for the test and returns an
+// Uploader for it.
+func (e *env) uploader(t *testing.T, thread string) snapshot.Uploader {
+	t.Helper()
+	lease, err := e.store.AcquireWriter(context.Background(), thread)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lease.Release(context.Background()) })
+	return snapshot.Uploader{Bucket: e.blobs, Claimer: e.store, Writer: lease.Writer}
+}
+
+// writeTree makes the files of tree (path → contents; a path ending in "/"
+// is an empty directory) under dir.
+func writeTree(t *testing.T, dir string, tree map[string]string) {
+	t.Helper()
+	for p, data := range tree {
+		full := filepath.Join(dir, filepath.FromSlash(p))
+		if strings.HasSuffix(p, "/") {
+			if err := os.MkdirAll(full, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// readTree returns the files and empty directories under dir in the form
+// writeTree takes.
+func readTree(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if rel == "." {
+			return nil
+		}
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() {
+			ents, err := os.ReadDir(p)
+			if err != nil {
+				return err
+			}
+			if len(ents) == 0 {
+				out[rel+"/"] = ""
+			}
+			return nil
+		}
+		data, err := os.ReadFile(p)
+		out[rel] = string(data)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func paths(files []cairn.Entry) []string {
+	out := make([]string, len(files))
+	for i, e := range files {
+		out[i] = e.Path
+		if e.Kind == cairn.KindDir {
+			out[i] += "/"
+		}
+	}
+	return out
+}
+
+func sortedKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// hookBucket is a memory bucket that runs onHead before each Head and counts
+// puts.
+type hookBucket struct {
+	*bucket.Memory
+	onHead func(key string)
+	mu     sync.Mutex
+	puts   int
+}
+
+func (h *hookBucket) Head(ctx context.Context, key string) (bucket.Object, error) {
+	if h.onHead != nil {
+		h.onHead(key)
+	}
+	return h.Memory.Head(ctx, key)
+}
+
+func (h *hookBucket) PutIfAbsentFrom(ctx context.Context, key string, body io.ReadSeeker, size int64) (bool, error) {
+	h.mu.Lock()
+	h.puts++
+	h.mu.Unlock()
+	return h.Memory.PutIfAbsentFrom(ctx, key, body, size)
+}
+
+func (h *hookBucket) putCount() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.puts
+}
+
+// discardBucket streams puts into a hash and keeps only the keys: a bucket
+// that costs the capture no memory of its own.
+type discardBucket struct {
+	mu   sync.Mutex
+	keys map[string]int64
+}
+
+func (d *discardBucket) Get(ctx context.Context, key string) ([]byte, error) {
+	return nil, &bucket.Error{Op: "GetObject", Key: key, Kind: bucket.ErrNotFound}
+}
+
+func (d *discardBucket) Head(ctx context.Context, key string) (bucket.Object, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if n, ok := d.keys[key]; ok {
+		return bucket.Object{Key: key, Size: n}, nil
+	}
+	return bucket.Object{}, &bucket.Error{Op: "HeadObject", Key: key, Kind: bucket.ErrNotFound}
+}
+
+func (d *discardBucket) PutIfAbsent(ctx context.Context, key string, data []byte) (bool, error) {
+	return d.PutIfAbsentFrom(ctx, key, bytes.NewReader(data), int64(len(data)))
+}
+
+func (d *discardBucket) PutIfAbsentFrom(ctx context.Context, key string, body io.ReadSeeker, size int64) (bool, error) {
+	n, err := io.Copy(io.Discard, body)
+	if err != nil {
+		return false, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.keys == nil {
+		d.keys = map[string]int64{}
+	}
+	d.keys[key] = n
+	return true, nil
+}
