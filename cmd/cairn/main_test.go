@@ -94,8 +94,8 @@ func ok(t *testing.T, env []string, args ...string) string {
 // dev is a `cairn dev` process.
 type dev struct {
 	cmd    *exec.Cmd
-	env    []string // the variables it printed, NAME=value
-	stderr string // the file its stderr goes to
+	env    []string      // the variables it printed, NAME=value
+	stderr string        // the file its stderr goes to
 	exited chan struct{} // closed when the process has exited
 	err    error         // of Wait, once exited is closed
 }
