@@ -203,14 +203,19 @@ func permute(fs *flag.FlagSet, args []string) (flags, positional []string, err e
 	return flags, positional, nil
 }
 
+// plural says "no files", "1 file" or "3 files".
 func plural(n int, what string) string {
-	switch n {
-	case 0:
-		return "no " + what
-	case 1:
+	if n == 1 {
 		return "1 " + what
 	}
-	return fmt.Sprintf("%d %ss", n, what)
+	many := what + "s"
+	if w, ok := strings.CutSuffix(what, "y"); ok {
+		many = w + "ies"
+	}
+	if n == 0 {
+		return "no " + many
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 // isUsage reports whether err is a usage error.

@@ -231,7 +231,7 @@ func TestUsageErrors(t *testing.T) {
 		{name: "unknown-command", args: []string{"frobnicate"}, want: `unknown command "frobnicate"`},
 		{name: "unknown-flag", env: store, args: []string{"log", "--bogus", "t1"}, want: "-bogus"},
 		{name: "missing-argument", env: store, args: []string{"log"}, want: "want 1 argument, got 0"},
-		{name: "extra-argument", env: store, args: []string{"threads", "x"}, want: "want no argument, got 1"},
+		{name: "extra-argument", env: store, args: []string{"threads", "x"}, want: "want no arguments, got 1"},
 		{name: "flag-without-value", env: store, args: []string{"log", "t1", "-n"}, want: "flag needs an argument: -n"},
 		{name: "no-prefix", env: store[1:], args: []string{"threads"}, want: "--prefix (or CAIRN_PREFIX) is required"},
 		{name: "no-bucket", env: []string{"CAIRN_PREFIX=p/"}, args: []string{"threads"}, want: "--s3-bucket (or CAIRN_S3_BUCKET) is required"},

@@ -81,8 +81,9 @@ Example:
 				return fmt.Errorf("capture %s into thread %q: %w", in.Dir, in.ThreadID, err)
 			}
 			st := res.Stats
-			fmt.Fprintf(c.p.stderr, "captured %s: %d files, %s, %d empty directories; uploaded %d blobs (%s), %d already in the bucket\n",
-				in.Dir, st.Files, formatBytes(st.Bytes), st.Dirs, st.Uploaded, formatBytes(st.UploadedBytes), st.Present)
+			fmt.Fprintf(c.p.stderr, "captured %s: %s, %s, %s; uploaded %s (%s), %d already in the bucket\n",
+				in.Dir, plural(st.Files, "file"), formatBytes(st.Bytes), plural(st.Dirs, "empty directory"),
+				plural(st.Uploaded, "blob"), formatBytes(st.UploadedBytes), st.Present)
 			fmt.Fprintln(c.p.stdout, res.Checkpoint.ID)
 			return nil
 		}
@@ -126,8 +127,8 @@ Example:
 			if err != nil {
 				return fmt.Errorf("restore %s into %s: %w", id, dir, err)
 			}
-			fmt.Fprintf(c.p.stderr, "restored %s into %s: %d files, %s, %d empty directories; removed %d stale entries\n",
-				id, dir, st.Files, formatBytes(st.Bytes), st.Dirs, st.Removed)
+			fmt.Fprintf(c.p.stderr, "restored %s into %s: %s, %s, %s; removed %s\n",
+				id, dir, plural(st.Files, "file"), formatBytes(st.Bytes), plural(st.Dirs, "empty directory"), plural(st.Removed, "stale entry"))
 			return nil
 		}
 	},

@@ -73,7 +73,7 @@ type Stack struct {
 	S3 bucket.Config
 	// Prefix is the etcdstore prefix the stack's Env selects.
 	Prefix string
-	// Dir is the data directory.
+	// Dir is the data directory, absolute.
 	Dir string
 	// Took is how long Start took, both servers up.
 	Took time.Duration
@@ -109,6 +109,9 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	}
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("devstack: data directory: %w", err)
+	}
+	if abs, err := filepath.Abs(opts.Dir); err == nil {
+		opts.Dir = abs
 	}
 	s := &Stack{Dir: opts.Dir, Prefix: Prefix, done: make(chan error, 1)}
 
