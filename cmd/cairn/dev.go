@@ -14,7 +14,7 @@ import (
 func init() { commands = append(commands, devCmd) }
 
 var devCmd = &command{
-	name: "dev", args: "[flags]", nargs: 0,
+	name: "dev", args: "[flags]", nargs: 0, env: []string{"data", "etcd-listen", "s3-listen"},
 	summary: "run a local etcd and S3 server, and print the variables that reach them",
 	help: `Runs an embedded etcd and an S3 server (gofakes3) on 127.0.0.1 in this one
 process, keeping their data in --data, so that a restart on the same

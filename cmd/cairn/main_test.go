@@ -212,8 +212,11 @@ func TestHelp(t *testing.T) {
 					t.Errorf("cairn %s --help does not say %q:\n%s", c.name, want, r.stdout)
 				}
 			}
-			if c.store && !strings.Contains(r.stdout, "--prefix") {
-				t.Errorf("cairn %s --help lists no --prefix:\n%s", c.name, r.stdout)
+			if c.store && !strings.Contains(r.stdout, "\nStore flags (as the sweeper's):\n") || c.store && !strings.Contains(r.stdout, "--prefix") {
+				t.Errorf("cairn %s --help lists no store flags:\n%s", c.name, r.stdout)
+			}
+			if strings.Contains(r.stdout, "CAIRN_O]") || strings.Contains(r.stdout, "CAIRN_ID]") {
+				t.Errorf("cairn %s --help gives a variable to a command-line-only flag:\n%s", c.name, r.stdout)
 			}
 		})
 	}
@@ -246,7 +249,7 @@ func TestUsageErrors(t *testing.T) {
 		{name: "capture-bad-concurrency", env: store, args: []string{"capture", "--thread", "t1", "--concurrency", "-1", "."}, want: "--concurrency must be 0"},
 		{name: "restore-include", env: store, args: []string{"restore", "--include", "*.go", "cp-1", "out"}, want: "--include applies to capture"},
 		{name: "restore-one-argument", env: store, args: []string{"restore", "cp-1"}, want: "want 2 arguments, got 1"},
-		{name: "fork-without-thread", env: store, args: []string{"fork", "cp-1"}, want: "--thread (or CAIRN_THREAD) is required"},
+		{name: "fork-without-thread", env: store, args: []string{"fork", "cp-1"}, want: "--thread is required"},
 		{name: "dev-not-loopback", args: []string{"dev", "--data", "d", "--s3-listen", "0.0.0.0:9000"}, want: "loopback"},
 		{name: "dev-print-env-free-port", args: []string{"dev", "--print-env", "--etcd-listen", "127.0.0.1:0"}, want: "leaves the port to choose"},
 	}
@@ -258,6 +261,9 @@ func TestUsageErrors(t *testing.T) {
 			}
 			if !strings.Contains(r.stderr, tt.want) {
 				t.Errorf("stderr does not say %q:\n%s", tt.want, r.stderr)
+			}
+			if r.stdout != "" {
+				t.Errorf("a usage error printed on stdout:\n%s", r.stdout)
 			}
 		})
 	}

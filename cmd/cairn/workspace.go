@@ -24,6 +24,9 @@ func filterFlags(s *cli.Set, o *snapshot.Options) {
 	s.StringVar(&o.StatCache, "stat-cache", "", "file that remembers each file's digest by its stat, so that a re-capture hashes only changed files")
 }
 
+// filterEnv are the flags of filterFlags that fall back to CAIRN_ variables.
+var filterEnv = []string{"include", "exclude", "no-default-excludes", "concurrency", "stat-cache"}
+
 // checkConcurrency refuses a negative --concurrency.
 func checkConcurrency(o *snapshot.Options) error {
 	if o.Concurrency < 0 {
@@ -41,6 +44,7 @@ func progressTo(c *call) (func(snapshot.Progress), func()) {
 
 var captureCmd = &command{
 	name: "capture", args: "--thread THREAD [flags] DIR", nargs: 1, store: true,
+	env: append([]string{"thread"}, filterEnv...),
 	summary: "capture a directory into a new checkpoint at the thread's head, print its id",
 	help: `Captures DIR (every file and empty directory, without .git, node_modules and
 .env*) into content-addressed blobs in the bucket, uploading only the bytes the
@@ -91,7 +95,7 @@ Example:
 }
 
 var restoreCmd = &command{
-	name: "restore", args: "[flags] CHECKPOINT DIR", nargs: 2, store: true,
+	name: "restore", args: "[flags] CHECKPOINT DIR", nargs: 2, store: true, env: filterEnv,
 	summary: "write a checkpoint's files into a directory",
 	help: `Writes the files and empty directories of CHECKPOINT into DIR, creating it
 when missing. Every blob is downloaded and checked against its key and size
@@ -150,7 +154,7 @@ Example:
 		s.StringVar(&in.DestinationCheckpointID, "id", "", "id of the new root (empty: a random UUID)")
 		return func(ctx context.Context, c *call) error {
 			if in.DestinationThreadID == "" {
-				return cli.Usagef("--thread (or %s) is required: the new thread to fork into", cli.EnvName("thread"))
+				return cli.Usagef("--thread is required: the new thread to fork into")
 			}
 			if err := c.open(ctx); err != nil {
 				return err
