@@ -44,7 +44,7 @@ func progressTo(c *call) (func(snapshot.Progress), func()) {
 
 var captureCmd = &command{
 	name: "capture", args: "--thread THREAD [flags] DIR", nargs: 1, store: true,
-	env: append([]string{"thread"}, filterEnv...),
+	env:     append([]string{"thread"}, filterEnv...),
 	summary: "capture a directory into a new checkpoint at the thread's head, print its id",
 	help: `Captures DIR (every file and empty directory, without .git, node_modules and
 .env*) into content-addressed blobs in the bucket, uploading only the bytes the
