@@ -5,6 +5,13 @@
 // `cairnd --dev` run it; Env gives the CAIRN_ variables that point the cairn
 // command, the sweeper and an application at it.
 //
+// Both servers run in the process, so nothing but the Go module has to be
+// built or installed: versitygw (the integration tests' S3 server) would be a
+// second binary to compile, and s3mem would lose the bucket at every stop.
+// gofakes3 over bbolt keeps it in one file, and supports the conditional put
+// (If-None-Match) the bucket package uses by default. A start on a directory
+// that holds data takes about half a second (BenchmarkStart).
+//
 // The S3 server checks no credentials and no signature: it is for a
 // developer's machine, never for anything reachable from elsewhere, which is
 // why Start refuses addresses that are not loopback.
