@@ -148,40 +148,25 @@ func (h *hookBucket) putCount() int {
 	return h.puts
 }
 
-// discardBucket streams puts into a hash and keeps only the keys: a bucket
-// that costs the capture no memory of its own.
-type discardBucket struct {
-	mu   sync.Mutex
-	keys map[string]int64
-}
+// discardBucket streams puts into nothing and keeps nothing: a bucket that
+// costs the capture no memory of its own. It never holds a key.
+type discardBucket struct{}
 
-func (d *discardBucket) Get(ctx context.Context, key string) ([]byte, error) {
+func (discardBucket) Get(ctx context.Context, key string) ([]byte, error) {
 	return nil, &bucket.Error{Op: "GetObject", Key: key, Kind: bucket.ErrNotFound}
 }
 
-func (d *discardBucket) Head(ctx context.Context, key string) (bucket.Object, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if n, ok := d.keys[key]; ok {
-		return bucket.Object{Key: key, Size: n}, nil
-	}
+func (discardBucket) Head(ctx context.Context, key string) (bucket.Object, error) {
 	return bucket.Object{}, &bucket.Error{Op: "HeadObject", Key: key, Kind: bucket.ErrNotFound}
 }
 
-func (d *discardBucket) PutIfAbsent(ctx context.Context, key string, data []byte) (bool, error) {
+func (d discardBucket) PutIfAbsent(ctx context.Context, key string, data []byte) (bool, error) {
 	return d.PutIfAbsentFrom(ctx, key, bytes.NewReader(data), int64(len(data)))
 }
 
-func (d *discardBucket) PutIfAbsentFrom(ctx context.Context, key string, body io.ReadSeeker, size int64) (bool, error) {
-	n, err := io.Copy(io.Discard, body)
-	if err != nil {
+func (discardBucket) PutIfAbsentFrom(ctx context.Context, key string, body io.ReadSeeker, size int64) (bool, error) {
+	if _, err := io.Copy(io.Discard, body); err != nil {
 		return false, err
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.keys == nil {
-		d.keys = map[string]int64{}
-	}
-	d.keys[key] = n
 	return true, nil
 }
