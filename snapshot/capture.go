@@ -24,7 +24,7 @@ import (
 )
 
 // bufSize is the read buffer of each worker.
-const bufSize = 256 << 10
+const bufSize = 128 << 10
 
 // fileStat is what the stat cache and the change check compare.
 type fileStat struct {
@@ -41,22 +41,60 @@ func statOf(fi fs.FileInfo) fileStat {
 	return st
 }
 
-// item is one blob source of a capture: a file or an artifact.
+// item is one blob source of a capture: a file of fsys or an artifact.
 type item struct {
 	path     string // the manifest path of a file; "" for an artifact
+	fsys     fs.FS
 	artifact *ArtifactSource
 	size     int64
 	st       fileStat
-	digest   string // hex SHA-256, once hashed
-	open     func() (io.ReadSeekCloser, error)
-	restat   func(f io.ReadSeekCloser) (fileStat, bool) // the file's stat now, if known
+	key      string // the blob key, once hashed
 }
 
-func (it *item) key() string {
+// digest returns the hex SHA-256 in the item's key.
+func (it *item) digest() string { return it.key[len(it.key)-64:] }
+
+// setDigest sets the key from a hex SHA-256.
+func (it *item) setDigest(d string) {
 	if it.artifact != nil {
-		return cairn.ArtifactBlobPrefix + it.digest
+		it.key = cairn.ArtifactBlobPrefix + d
+	} else {
+		it.key = cairn.FileBlobPrefix + d
 	}
-	return cairn.FileBlobPrefix + it.digest
+}
+
+// open opens the item's bytes. A file that does not open as an io.Seeker is
+// read whole.
+func (it *item) open() (io.ReadSeekCloser, error) {
+	if it.artifact != nil {
+		return it.artifact.Open()
+	}
+	f, err := it.fsys.Open(it.path)
+	if err != nil {
+		return nil, err
+	}
+	if rs, ok := f.(io.ReadSeekCloser); ok {
+		return rs, nil
+	}
+	data, err := io.ReadAll(f)
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	return nopCloser{bytes.NewReader(data)}, nil
+}
+
+// statNow returns the stat of an open file, when it has one.
+func statNow(f io.ReadSeekCloser) (fileStat, bool) {
+	s, ok := f.(interface{ Stat() (fs.FileInfo, error) })
+	if !ok {
+		return fileStat{}, false
+	}
+	fi, err := s.Stat()
+	if err != nil {
+		return fileStat{}, false
+	}
+	return statOf(fi), true
 }
 
 // fail returns an *Error about the item.
@@ -122,7 +160,7 @@ func capture(ctx context.Context, fsys fs.FS, root string, artifacts []ArtifactS
 	if err != nil {
 		return nil, err
 	}
-	entries, files, err := walk(ctx, fsys, f)
+	dirs, files, err := walk(ctx, fsys, f)
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +174,7 @@ func capture(ctx context.Context, fsys fs.FS, root string, artifacts []ArtifactS
 		if a.Open == nil {
 			return nil, &Error{Code: CodeInvalidWorkspace, Message: "artifact " + quote(a.ArtifactID) + " has no Open"}
 		}
-		items = append(items, &item{artifact: a, size: -1, open: a.Open})
+		items = append(items, &item{artifact: a, size: -1})
 	}
 	m := &Manifest{}
 	n := concurrency(opts)
@@ -146,26 +184,22 @@ func capture(ctx context.Context, fsys fs.FS, root string, artifacts []ArtifactS
 	if err := uploadAll(ctx, up, items, n, opts.Progress, &m.Stats); err != nil {
 		return nil, err
 	}
-	byPath := make(map[string]*item, len(files))
+	entries := make([]cairn.Entry, 0, len(files)+len(dirs))
 	for _, it := range files {
-		byPath[it.path] = it
+		entries = append(entries, cairn.Entry{Path: it.path, Kind: cairn.KindFile, BlobKey: it.key, Size: it.size})
+		m.Stats.Files++
+		m.Stats.Bytes += it.size
 	}
-	for i := range entries {
-		e := &entries[i]
-		if e.Kind == cairn.KindFile {
-			it := byPath[e.Path]
-			e.BlobKey, e.Size = it.key(), it.size
-			m.Stats.Files++
-			m.Stats.Bytes += it.size
-		} else {
-			m.Stats.Dirs++
-		}
+	for _, d := range dirs {
+		entries = append(entries, cairn.Entry{Path: d, Kind: cairn.KindDir})
 	}
+	m.Stats.Dirs = len(dirs)
+	slices.SortFunc(entries, func(a, b cairn.Entry) int { return strings.Compare(a.Path, b.Path) })
 	m.Files = entries
 	for _, it := range items[len(files):] {
 		a := it.artifact
 		m.Artifacts = append(m.Artifacts, cairn.Artifact{ArtifactID: a.ArtifactID, Name: a.Name, MimeType: a.MimeType,
-			Size: it.size, BlobKey: it.key(), CreatedAt: a.CreatedAt})
+			Size: it.size, BlobKey: it.key, CreatedAt: a.CreatedAt})
 	}
 	slices.SortStableFunc(m.Artifacts, func(a, b cairn.Artifact) int {
 		return cmp.Or(cmp.Compare(a.CreatedAt, b.CreatedAt), strings.Compare(a.ArtifactID, b.ArtifactID))
@@ -189,9 +223,9 @@ func restorable(p string) bool {
 	return cairn.ValidatePath(p) && !(len(p) >= 2 && p[1] == ':' && (p[0] >= 'a' && p[0] <= 'z' || p[0] >= 'A' && p[0] <= 'Z'))
 }
 
-// walk lists the tree: the entries sorted by path (files without key and
-// size yet) and an item per file.
-func walk(ctx context.Context, fsys fs.FS, f *filter) ([]cairn.Entry, []*item, error) {
+// walk lists the tree: the directories that become entries (those with
+// nothing captured under them) and an item per file.
+func walk(ctx context.Context, fsys fs.FS, f *filter) ([]string, []*item, error) {
 	var dirs []string
 	var files []*item
 	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
@@ -236,7 +270,7 @@ func walk(ctx context.Context, fsys fs.FS, f *filter) ([]cairn.Entry, []*item, e
 		if !f.included(p) {
 			return nil
 		}
-		files = append(files, fsItem(fsys, p, fi))
+		files = append(files, &item{path: p, fsys: fsys, size: fi.Size(), st: statOf(fi)})
 		return nil
 	})
 	if err != nil {
@@ -255,52 +289,13 @@ func walk(ctx context.Context, fsys fs.FS, f *filter) ([]cairn.Entry, []*item, e
 	for _, d := range dirs {
 		mark(d)
 	}
-	entries := make([]cairn.Entry, 0, len(files)+len(dirs))
-	for _, it := range files {
-		entries = append(entries, cairn.Entry{Path: it.path, Kind: cairn.KindFile})
-	}
+	empty := dirs[:0]
 	for _, d := range dirs {
 		if !full[d] {
-			entries = append(entries, cairn.Entry{Path: d, Kind: cairn.KindDir})
+			empty = append(empty, d)
 		}
 	}
-	slices.SortFunc(entries, func(a, b cairn.Entry) int { return strings.Compare(a.Path, b.Path) })
-	return entries, files, nil
-}
-
-// fsItem is the item of the regular file p of fsys.
-func fsItem(fsys fs.FS, p string, fi fs.FileInfo) *item {
-	return &item{
-		path: p,
-		size: fi.Size(),
-		st:   statOf(fi),
-		open: func() (io.ReadSeekCloser, error) {
-			f, err := fsys.Open(p)
-			if err != nil {
-				return nil, err
-			}
-			if rs, ok := f.(io.ReadSeekCloser); ok {
-				return rs, nil
-			}
-			data, err := io.ReadAll(f)
-			f.Close()
-			if err != nil {
-				return nil, err
-			}
-			return nopCloser{bytes.NewReader(data)}, nil
-		},
-		restat: func(f io.ReadSeekCloser) (fileStat, bool) {
-			s, ok := f.(interface{ Stat() (fs.FileInfo, error) })
-			if !ok {
-				return fileStat{}, false
-			}
-			fi, err := s.Stat()
-			if err != nil {
-				return fileStat{}, false
-			}
-			return statOf(fi), true
-		},
-	}
+	return empty, files, nil
 }
 
 // hashAll sets the digest (and, for artifacts, the size) of every item,
@@ -311,7 +306,7 @@ func hashAll(ctx context.Context, items []*item, cache *statCache, n int, progre
 	for _, it := range items {
 		if it.artifact == nil && cache != nil {
 			if d, ok := cache.lookup(it.path, it.st); ok {
-				it.digest = d
+				it.setDigest(d)
 				continue
 			}
 		}
@@ -346,8 +341,8 @@ func hashItem(ctx context.Context, it *item, buf []byte, meter *meter) (int64, e
 		return 0, it.fail(CodeInvalidWorkspace, "cannot open", err)
 	}
 	defer f.Close()
-	if it.restat != nil {
-		if st, ok := it.restat(f); ok && !sameContent(st, it.st) {
+	if it.artifact == nil {
+		if st, ok := statNow(f); ok && !sameContent(st, it.st) {
 			return 0, it.fail(CodeFileChanged, "changed between the walk and its read", nil)
 		}
 	}
@@ -376,13 +371,11 @@ func hashItem(ctx context.Context, it *item, buf []byte, meter *meter) (int64, e
 		if read != it.size {
 			return read, it.fail(CodeFileChanged, fmt.Sprintf("changed while it was read: %d bytes, its stat said %d", read, it.size), nil)
 		}
-		if it.restat != nil {
-			if st, ok := it.restat(f); ok && !sameContent(st, it.st) {
-				return read, it.fail(CodeFileChanged, "changed while it was read (its size or mtime moved)", nil)
-			}
+		if st, ok := statNow(f); ok && !sameContent(st, it.st) {
+			return read, it.fail(CodeFileChanged, "changed while it was read (its size or mtime moved)", nil)
 		}
 	}
-	it.digest = hex.EncodeToString(h.Sum(nil))
+	it.setDigest(hex.EncodeToString(h.Sum(nil)))
 	meter.file(0)
 	return read, nil
 }
@@ -393,21 +386,14 @@ func sameContent(a, b fileStat) bool { return a.Size == b.Size && a.Mtime == b.M
 // uploadAll claims every distinct key for the writer, then uploads each one
 // the bucket lacks.
 func uploadAll(ctx context.Context, up Uploader, items []*item, n int, progress func(Progress), stats *CaptureStats) error {
-	first := make(map[string]*item, len(items))
-	var todo []*item
-	var total int64
-	for _, it := range items {
-		k := it.key()
-		if _, dup := first[k]; dup {
-			continue
-		}
-		first[k] = it
-		todo = append(todo, it)
-		total += it.size
-	}
+	todo := slices.Clone(items)
+	slices.SortFunc(todo, func(a, b *item) int { return strings.Compare(a.key, b.key) })
+	todo = slices.CompactFunc(todo, func(a, b *item) bool { return a.key == b.key })
 	keys := make([]string, len(todo))
+	var total int64
 	for i, it := range todo {
-		keys[i] = it.key()
+		keys[i] = it.key
+		total += it.size
 	}
 	// Claimed before the bucket is consulted: from here on a sweep cannot
 	// delete what this capture finds there (docs/design.md).
@@ -441,7 +427,7 @@ func uploadAll(ctx context.Context, up Uploader, items []*item, n int, progress 
 
 // uploadItem puts the item's bytes unless the bucket holds its key.
 func uploadItem(ctx context.Context, b Blobs, it *item, meter *meter, buf *[]byte) (bool, error) {
-	key := it.key()
+	key := it.key
 	if _, err := b.Head(ctx, key); err == nil {
 		meter.file(it.size)
 		return false, nil
@@ -453,7 +439,7 @@ func uploadItem(ctx context.Context, b Blobs, it *item, meter *meter, buf *[]byt
 		return false, it.fail(CodeInvalidWorkspace, "cannot open", err)
 	}
 	defer f.Close()
-	vr := &verifyReader{r: f, size: it.size, want: it.digest, h: sha256.New(), it: it, meter: meter}
+	vr := &verifyReader{r: f, size: it.size, want: it.digest(), h: sha256.New(), it: it, meter: meter}
 	var created bool
 	if sp, ok := b.(bucket.StreamPutter); ok {
 		created, err = sp.PutIfAbsentFrom(ctx, key, vr, it.size)

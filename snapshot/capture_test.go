@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -171,31 +172,68 @@ func TestCaptureRefuses(t *testing.T) {
 // TestCaptureDetectsChange changes a file after it was hashed and before it
 // is uploaded: the upload must stop short and store nothing under the key.
 func TestCaptureDetectsChange(t *testing.T) {
+	cases := []struct {
+		name   string
+		bucket func(t *testing.T) streamBlobs
+	}{
+		{"memory bucket", func(t *testing.T) streamBlobs { return bucket.NewMemory(nil) }},
+		{"S3 bucket", func(t *testing.T) streamBlobs { return fakeS3(t) }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			e := newEnv(t)
+			b := tc.bucket(t)
+			dir := t.TempDir()
+			writeTree(t, dir, map[string]string{"a.txt": "before", "b.txt": "steady"})
+			hb := &hookBucket{streamBlobs: b}
+			changedKey := bucket.FileKey([]byte("before"))
+			hb.onHead = func(key string) {
+				if key == changedKey {
+					if err := os.WriteFile(filepath.Join(dir, "a.txt"), []byte("after!"), 0o644); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+			up := e.uploader(t, "t")
+			up.Bucket = hb
+			_, err := snapshot.CaptureDir(ctx, dir, nil, up, &snapshot.Options{Concurrency: 1})
+			var se *snapshot.Error
+			if !errors.Is(err, snapshot.ErrFileChanged) || !errors.As(err, &se) || se.Path != "a.txt" {
+				t.Fatalf("error %v, want ErrFileChanged naming a.txt", err)
+			}
+			if hb.putCount() == 0 {
+				t.Fatal("the changed file was never sent: the test did not reach the upload")
+			}
+			for _, k := range []string{changedKey, bucket.FileKey([]byte("after!"))} {
+				if _, err := b.Head(ctx, k); !errors.Is(err, bucket.ErrNotFound) {
+					t.Fatalf("the bucket holds %s after the changed upload (err %v)", k, err)
+				}
+			}
+		})
+	}
+}
+
+// TestS3RoundTrip captures into and restores from a bucket.S3, streaming.
+func TestS3RoundTrip(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	dir := t.TempDir()
-	writeTree(t, dir, map[string]string{"a.txt": "before", "b.txt": "steady"})
-	hb := &hookBucket{Memory: e.blobs}
-	changedKey := bucket.FileKey([]byte("before"))
-	hb.onHead = func(key string) {
-		if key == changedKey {
-			if err := os.WriteFile(filepath.Join(dir, "a.txt"), []byte("after!"), 0o644); err != nil {
-				t.Error(err)
-			}
-		}
-	}
+	b := fakeS3(t)
+	tree := map[string]string{"a.txt": strings.Repeat("a", 3<<20), "b/c.txt": "c", "d/": ""}
+	src := t.TempDir()
+	writeTree(t, src, tree)
 	up := e.uploader(t, "t")
-	up.Bucket = hb
-	_, err := snapshot.CaptureDir(ctx, dir, nil, up, &snapshot.Options{Concurrency: 1})
-	var se *snapshot.Error
-	if !errors.Is(err, snapshot.ErrFileChanged) || !errors.As(err, &se) || se.Path != "a.txt" {
-		t.Fatalf("error %v, want ErrFileChanged naming a.txt", err)
+	up.Bucket = b
+	m, err := snapshot.CaptureDir(ctx, src, nil, up, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := e.blobs.Head(ctx, changedKey); !errors.Is(err, bucket.ErrNotFound) {
-		t.Fatalf("the bucket holds %s after the changed upload (err %v)", changedKey, err)
+	dst := filepath.Join(t.TempDir(), "out")
+	if _, err := snapshot.Restore(ctx, b, &cairn.Checkpoint{Files: m.Files}, dst, nil); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := e.blobs.Head(ctx, bucket.FileKey([]byte("after!"))); !errors.Is(err, bucket.ErrNotFound) {
-		t.Fatalf("the bucket holds the new bytes under some key (err %v)", err)
+	if got := readTree(t, dst); !mapsEqual(got, tree) {
+		t.Fatalf("restored %q", sortedKeys(got))
 	}
 }
 
@@ -204,7 +242,7 @@ func TestCaptureUnchangedUploadsNothing(t *testing.T) {
 	e := newEnv(t)
 	dir := t.TempDir()
 	writeTree(t, dir, map[string]string{"a": "1", "b/c": "2", "d/": ""})
-	hb := &hookBucket{Memory: e.blobs}
+	hb := &hookBucket{streamBlobs: e.blobs}
 	up := e.uploader(t, "t")
 	up.Bucket = hb
 	first, err := snapshot.CaptureDir(ctx, dir, nil, up, nil)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/bucket"
+	"github.com/cairnstore/cairn/internal/s3test"
 	"github.com/cairnstore/cairn/snapshot"
 )
 
@@ -119,10 +120,17 @@ func sortedKeys(m map[string]string) []string {
 	return out
 }
 
-// hookBucket is a memory bucket that runs onHead before each Head and counts
-// puts.
+// streamBlobs is a bucket that streams both ways.
+type streamBlobs interface {
+	snapshot.Blobs
+	bucket.StreamPutter
+	bucket.StreamReader
+}
+
+// hookBucket wraps a bucket: it runs onHead before each Head and counts
+// streamed puts.
 type hookBucket struct {
-	*bucket.Memory
+	streamBlobs
 	onHead func(key string)
 	mu     sync.Mutex
 	puts   int
@@ -132,14 +140,14 @@ func (h *hookBucket) Head(ctx context.Context, key string) (bucket.Object, error
 	if h.onHead != nil {
 		h.onHead(key)
 	}
-	return h.Memory.Head(ctx, key)
+	return h.streamBlobs.Head(ctx, key)
 }
 
 func (h *hookBucket) PutIfAbsentFrom(ctx context.Context, key string, body io.ReadSeeker, size int64) (bool, error) {
 	h.mu.Lock()
 	h.puts++
 	h.mu.Unlock()
-	return h.Memory.PutIfAbsentFrom(ctx, key, body, size)
+	return h.streamBlobs.PutIfAbsentFrom(ctx, key, body, size)
 }
 
 func (h *hookBucket) putCount() int {
@@ -148,40 +156,40 @@ func (h *hookBucket) putCount() int {
 	return h.puts
 }
 
-// discardBucket streams puts into a hash and keeps only the keys: a bucket
-// that costs the capture no memory of its own.
-type discardBucket struct {
-	mu   sync.Mutex
-	keys map[string]int64
+// fakeS3 starts a gofakes3 server for the test and returns a bucket.S3 on it.
+func fakeS3(t *testing.T) *bucket.S3 {
+	t.Helper()
+	srv := s3test.StartFake(t, s3test.FakeOptions{})
+	b, err := bucket.NewS3(t.Context(), bucket.Config{
+		Endpoint: srv.Endpoint, Region: srv.Region, Bucket: srv.Bucket, PathStyle: true,
+		AccessKeyID: srv.AccessKeyID, SecretAccessKey: srv.SecretAccessKey,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
 }
 
-func (d *discardBucket) Get(ctx context.Context, key string) ([]byte, error) {
+// discardBucket streams puts into nothing and keeps nothing: a bucket that
+// costs the capture no memory of its own. It never holds a key.
+type discardBucket struct{}
+
+func (discardBucket) Get(ctx context.Context, key string) ([]byte, error) {
 	return nil, &bucket.Error{Op: "GetObject", Key: key, Kind: bucket.ErrNotFound}
 }
 
-func (d *discardBucket) Head(ctx context.Context, key string) (bucket.Object, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if n, ok := d.keys[key]; ok {
-		return bucket.Object{Key: key, Size: n}, nil
-	}
+func (discardBucket) Head(ctx context.Context, key string) (bucket.Object, error) {
 	return bucket.Object{}, &bucket.Error{Op: "HeadObject", Key: key, Kind: bucket.ErrNotFound}
 }
 
-func (d *discardBucket) PutIfAbsent(ctx context.Context, key string, data []byte) (bool, error) {
+func (d discardBucket) PutIfAbsent(ctx context.Context, key string, data []byte) (bool, error) {
 	return d.PutIfAbsentFrom(ctx, key, bytes.NewReader(data), int64(len(data)))
 }
 
-func (d *discardBucket) PutIfAbsentFrom(ctx context.Context, key string, body io.ReadSeeker, size int64) (bool, error) {
-	n, err := io.Copy(io.Discard, body)
-	if err != nil {
+func (discardBucket) PutIfAbsentFrom(ctx context.Context, key string, body io.ReadSeeker, size int64) (bool, error) {
+	if _, err := io.Copy(io.Discard, body); err != nil {
 		return false, err
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.keys == nil {
-		d.keys = map[string]int64{}
-	}
-	d.keys[key] = n
 	return true, nil
 }

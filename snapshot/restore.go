@@ -295,7 +295,7 @@ func globEscape(s string) string {
 }
 
 // removeStale removes what dir holds that the manifest does not, except the
-// paths the filter excludes, and anything in the way of an entry (a file
+// paths the filter excludes (and the directories that hold them), and anything in the way of an entry (a file
 // where a directory goes, a directory or symlink where a file goes). It
 // returns how many entries it removed.
 func removeStale(dir string, files []cairn.Entry, f *filter) (int, error) {
@@ -310,6 +310,7 @@ func removeStale(dir string, files []cairn.Entry, f *filter) (int, error) {
 		}
 	}
 	removed := 0
+	var staleDirs []string
 	fsys := rawDir(dir)
 	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -329,7 +330,13 @@ func removeStale(dir string, files []cairn.Entry, f *filter) (int, error) {
 				return fs.SkipDir
 			}
 			return nil
+		case !ok && d.IsDir():
+			// Stale, but it may hold excluded paths: empty it, and remove
+			// it afterwards if nothing is left.
+			staleDirs = append(staleDirs, p)
+			return nil
 		}
+		// Stale, or in the way of an entry of another kind.
 		if err := os.RemoveAll(filepath.Join(dir, filepath.FromSlash(p))); err != nil {
 			return err
 		}
@@ -339,6 +346,11 @@ func removeStale(dir string, files []cairn.Entry, f *filter) (int, error) {
 		}
 		return nil
 	})
+	for _, p := range slices.Backward(staleDirs) {
+		if os.Remove(filepath.Join(dir, filepath.FromSlash(p))) == nil {
+			removed++
+		}
+	}
 	return removed, err
 }
 
@@ -410,13 +422,12 @@ func recordRestored(file, root string, blobs []*blob) {
 	c := &statCache{file: file, body: statCacheBody{Root: root}}
 	var items []*item
 	for _, b := range blobs {
-		d := b.key[strings.LastIndexByte(b.key, '/')+1:]
 		for _, p := range b.paths {
 			fi, err := os.Lstat(filepath.Join(root, filepath.FromSlash(p)))
 			if err != nil || !fi.Mode().IsRegular() {
 				continue
 			}
-			items = append(items, &item{path: p, st: statOf(fi), digest: d})
+			items = append(items, &item{path: p, st: statOf(fi), key: b.key})
 		}
 	}
 	c.save(items)

@@ -80,7 +80,7 @@ func (c *statCache) lookup(path string, st fileStat) (string, bool) {
 func (c *statCache) save(files []*item) {
 	body := statCacheBody{Root: c.body.Root, Written: time.Now().UnixNano(), Files: make(map[string]statCacheEntry, len(files))}
 	for _, it := range files {
-		body.Files[it.path] = statCacheEntry{fileStat: it.st, Digest: it.digest}
+		body.Files[it.path] = statCacheEntry{fileStat: it.st, Digest: it.digest()}
 	}
 	data, err := json.Marshal(body)
 	if err != nil {
