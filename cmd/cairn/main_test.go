@@ -315,3 +315,50 @@ func TestDevBusyPort(t *testing.T) {
 		t.Errorf("cairn dev on a busy port: %v, want exit 1 naming the address and the flag", r)
 	}
 }
+
+// TestInterrupted stops a command that waits for an etcd that accepts
+// connections and never answers: SIGINT ends it with exit 130.
+func TestInterrupted(t *testing.T) {
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { silent.Close() })
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := silent.Accept()
+		if err == nil {
+			accepted <- c
+		}
+		close(accepted)
+	}()
+	cmd := exec.Command(binary, "threads", "--probe-timeout", "5m", "--etcd-dial-timeout", "5m")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "CAIRN_PREFIX=p/", "CAIRN_S3_BUCKET=b", "CAIRN_ETCD_ENDPOINTS=" + silent.Addr().String()}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// A connection means the command runs, its signal handler in place.
+	select {
+	case c := <-accepted:
+		if c != nil {
+			defer c.Close()
+		}
+	case <-time.After(time.Minute):
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatal("the command did not connect within a minute")
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != exitInterrupted {
+		t.Fatalf("exit %v, want %d:\n%s", err, exitInterrupted, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "interrupted") {
+		t.Errorf("stderr does not say it was interrupted:\n%s", stderr.String())
+	}
+}
