@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // writeTree writes files (slash paths to contents; a path ending in / is an
@@ -178,6 +179,28 @@ func TestFlow(t *testing.T) {
 	t.Run("verify", func(t *testing.T) {
 		if out := ok(t, env, "verify", "--objects"); !strings.HasSuffix(out, "ok\n") {
 			t.Errorf("cairn verify:\n%s", out)
+		}
+	})
+	t.Run("stat-cache", func(t *testing.T) {
+		dir := t.TempDir()
+		writeTree(t, dir, map[string]string{"a.txt": "a\n", "b/c.txt": "c\n"})
+		// Files older than the cache are trusted; one changed in the second
+		// the cache was written would be hashed again.
+		old := time.Now().Add(-time.Hour)
+		for _, p := range []string{"a.txt", "b/c.txt"} {
+			if err := os.Chtimes(filepath.Join(dir, filepath.FromSlash(p)), old, old); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cached := append([]string{"XDG_CACHE_HOME=" + t.TempDir()}, env...)
+		for i, want := range []string{"hashed 2;", "hashed 0;"} {
+			r := runCairn(t, cached, "capture", "--thread", "cached", dir)
+			if r.code != 0 || !strings.Contains(r.stderr, want) {
+				t.Errorf("capture %d: %v, want %q", i+1, r, want)
+			}
+		}
+		if r := runCairn(t, cached, "capture", "--thread", "cached", "--stat-cache", "off", dir); r.code != 0 || !strings.Contains(r.stderr, "hashed 2;") {
+			t.Errorf("capture with --stat-cache off: %v, want every file hashed", r)
 		}
 	})
 	t.Run("refused-entry", func(t *testing.T) {

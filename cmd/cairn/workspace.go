@@ -2,7 +2,11 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"os"
+	"path/filepath"
 	"text/tabwriter"
 
 	"github.com/cairnstore/cairn"
@@ -21,7 +25,34 @@ func filterFlags(s *cli.Set, o *snapshot.Options) {
 	s.Var(cli.List{L: &o.Exclude}, "exclude", "comma-separated patterns to leave out, with everything under them; they win over --include")
 	s.BoolVar(&o.NoDefaultExcludes, "no-default-excludes", false, "also take .git, node_modules and .env* (left out by default)")
 	s.IntVar(&o.Concurrency, "concurrency", 0, fmt.Sprintf("files transferred at once (0: %d)", snapshot.DefaultConcurrency))
-	s.StringVar(&o.StatCache, "stat-cache", "", "file that remembers each file's digest by its stat, so that a re-capture hashes only changed files")
+	o.StatCache = "auto"
+	s.StringVar(&o.StatCache, "stat-cache", o.StatCache, "file that remembers each file's digest by its stat, so that a re-capture hashes only changed files; auto: one per directory under the user cache directory; off: none")
+}
+
+// resolveStatCache turns the --stat-cache value into the file for dir:
+// "off" gives none, "auto" a file under the user cache directory named by
+// the SHA-256 of dir's absolute path (none when there is no cache
+// directory), anything else the path given.
+func resolveStatCache(o *snapshot.Options, dir string) {
+	switch o.StatCache {
+	case "off":
+		o.StatCache = ""
+	case "auto":
+		o.StatCache = ""
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return
+		}
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			return
+		}
+		sum := sha256.Sum256([]byte(abs))
+		caches := filepath.Join(cache, "cairn", "stat-cache")
+		if os.MkdirAll(caches, 0o700) == nil {
+			o.StatCache = filepath.Join(caches, hex.EncodeToString(sum[:16]))
+		}
+	}
 }
 
 // filterEnv are the flags of filterFlags that fall back to CAIRN_ variables.
@@ -77,6 +108,7 @@ Example:
 				return err
 			}
 			in.Dir = c.args[0]
+			resolveStatCache(&in.Options, in.Dir)
 			var finish func()
 			in.Options.Progress, finish = progressTo(c)
 			res, err := snapshot.Save(ctx, c.store, c.blobs, in)
@@ -85,9 +117,9 @@ Example:
 				return fmt.Errorf("capture %s into thread %q: %w", in.Dir, in.ThreadID, err)
 			}
 			st := res.Stats
-			fmt.Fprintf(c.p.stderr, "captured %s: %s, %s, %s; uploaded %s (%s), %d already in the bucket\n",
+			fmt.Fprintf(c.p.stderr, "captured %s: %s, %s, %s; hashed %d; uploaded %s (%s), %d already in the bucket\n",
 				in.Dir, plural(st.Files, "file"), formatBytes(st.Bytes), plural(st.Dirs, "empty directory"),
-				plural(st.Uploaded, "blob"), formatBytes(st.UploadedBytes), st.Present)
+				st.Hashed, plural(st.Uploaded, "blob"), formatBytes(st.UploadedBytes), st.Present)
 			fmt.Fprintln(c.p.stdout, res.Checkpoint.ID)
 			return nil
 		}
@@ -120,6 +152,7 @@ Example:
 				return err
 			}
 			id, dir := c.args[0], c.args[1]
+			resolveStatCache(&opts, dir)
 			cp, err := getCheckpoint(ctx, c.store, id)
 			if err != nil {
 				return err
