@@ -52,7 +52,7 @@ func (k *call) open(ctx context.Context) error {
 }
 
 // commands are the subcommands, in the order cairn --help lists them.
-var commands []*command
+var commands = []*command{captureCmd, restoreCmd, logCmd, threadsCmd, showCmd, diffCmd, forkCmd, verifyCmd, devCmd}
 
 func lookup(name string) *command {
 	for _, c := range commands {

@@ -11,8 +11,6 @@ import (
 	"github.com/cairnstore/cairn/internal/devstack"
 )
 
-func init() { commands = append(commands, devCmd) }
-
 var devCmd = &command{
 	name: "dev", args: "[flags]", nargs: 0, env: []string{"data", "etcd-listen", "s3-listen"},
 	summary: "run a local etcd and S3 server, and print the variables that reach them",

@@ -15,10 +15,6 @@ import (
 	"github.com/cairnstore/cairn/internal/cli"
 )
 
-func init() {
-	commands = append(commands, logCmd, threadsCmd, showCmd, verifyCmd)
-}
-
 var logCmd = &command{
 	name: "log", args: "[flags] THREAD", nargs: 1, store: true,
 	summary: "list a thread's checkpoints, the head first, along the parent chain",

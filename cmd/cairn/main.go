@@ -153,7 +153,7 @@ CAIRN_S3_ACCESS_KEY_ID and CAIRN_S3_SECRET_ACCESS_KEY. 'cairn dev' prints
 these variables for a local store:
 
   cairn dev --data ./dev-data     # in one terminal; then, in another:
-  eval "$(cairn dev --print-env --data ./dev-data)"
+  eval "$(cairn dev --print-env)"
   cairn capture --thread t1 ./workspace
 
 Run 'cairn COMMAND --help' for a command's flags and an example.

@@ -198,6 +198,9 @@ func TestHelp(t *testing.T) {
 			t.Errorf("cairn --help does not say %q:\n%s", want, top.stdout)
 		}
 	}
+	if r := runCairn(t, nil, "help", "log"); r.code != 0 || !strings.HasPrefix(r.stdout, "Usage: cairn log ") {
+		t.Errorf("cairn help log: %v", r)
+	}
 	for _, c := range commands {
 		t.Run(c.name, func(t *testing.T) {
 			if !strings.Contains(top.stdout, "\n  "+c.name+" ") {

@@ -14,10 +14,6 @@ import (
 	"github.com/cairnstore/cairn/snapshot"
 )
 
-func init() {
-	commands = append([]*command{captureCmd, restoreCmd, forkCmd, diffCmd}, commands...)
-}
-
 // filterFlags registers the flags that choose which paths a capture takes
 // and a restore leaves alone, and the transfer concurrency.
 func filterFlags(s *cli.Set, o *snapshot.Options) {
