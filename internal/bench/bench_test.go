@@ -57,8 +57,10 @@ func TestRunPrintsTheTable(t *testing.T) {
 		}
 	}
 	// B5 gives two rows: the upstream sweep and the sweep under the online
-	// protocol (B5P).
+	// protocol (B5P); B3 two: version 1, and the capacity layout with 1% new
+	// (B3O).
 	want := slices.Insert(slices.Clone(Workloads), slices.Index(Workloads, "B5")+1, "B5P")
+	want = slices.Insert(want, slices.Index(want, "B3")+1, "B3O")
 	if !slices.Equal(ids, want) {
 		t.Errorf("rows %v, want %v", ids, want)
 	}
