@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -11,55 +10,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cairnstore/cairn/internal/treetest"
 )
-
-// writeTree writes files (slash paths to contents; a path ending in / is an
-// empty directory) under dir.
-func writeTree(t *testing.T, dir string, files map[string]string) {
-	t.Helper()
-	for p, data := range files {
-		full := filepath.Join(dir, filepath.FromSlash(p))
-		if strings.HasSuffix(p, "/") {
-			if err := os.MkdirAll(full, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(data), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// readTree returns the files and empty directories under dir, in the form
-// writeTree takes.
-func readTree(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == dir {
-			return err
-		}
-		rel := filepath.ToSlash(strings.TrimPrefix(p, dir+string(filepath.Separator)))
-		if d.IsDir() {
-			entries, err := os.ReadDir(p)
-			if err == nil && len(entries) == 0 {
-				out[rel+"/"] = ""
-			}
-			return err
-		}
-		data, err := os.ReadFile(p)
-		out[rel] = string(data)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
 
 // captureID runs cairn capture and returns the id it printed.
 func captureID(t *testing.T, env []string, args ...string) string {
@@ -94,12 +47,12 @@ func TestFlow(t *testing.T) {
 		"empty/":          "",
 	}
 	ws := filepath.Join(t.TempDir(), "ws")
-	writeTree(t, ws, v1)
-	writeTree(t, ws, map[string]string{".git/config": "[core]\n", "node_modules/x/index.js": "x\n", ".env.local": "SECRET=1\n"})
+	treetest.Write(t, ws, v1)
+	treetest.Write(t, ws, map[string]string{".git/config": "[core]\n", "node_modules/x/index.js": "x\n", ".env.local": "SECRET=1\n"})
 
 	id1 := captureID(t, env, "--thread", "flow", ws)
 	// Flags after the argument work as well as before it.
-	writeTree(t, ws, map[string]string{"main.go": "package main\n\nfunc main() { println(2) }\n", "new.txt": "new\n"})
+	treetest.Write(t, ws, map[string]string{"main.go": "package main\n\nfunc main() { println(2) }\n", "new.txt": "new\n"})
 	if err := os.RemoveAll(filepath.Join(ws, "pkg")); err != nil {
 		t.Fatal(err)
 	}
@@ -133,12 +86,12 @@ func TestFlow(t *testing.T) {
 	t.Run("restore", func(t *testing.T) {
 		out := filepath.Join(t.TempDir(), "restored")
 		ok(t, env, "restore", id1, out)
-		if got := readTree(t, out); !maps.Equal(got, v1) {
+		if got := treetest.Read(t, out); !maps.Equal(got, v1) {
 			t.Errorf("restored tree has %v, want %v", slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(v1)))
 		}
 		// Restoring the second checkpoint over the first removes what it lacks.
 		ok(t, env, "restore", id2, out)
-		got := readTree(t, out)
+		got := treetest.Read(t, out)
 		if _, stale := got["pkg/util.go"]; stale || got["new.txt"] != "new\n" {
 			t.Errorf("restore over the first: %v", slices.Sorted(maps.Keys(got)))
 		}
@@ -183,7 +136,7 @@ func TestFlow(t *testing.T) {
 	})
 	t.Run("stat-cache", func(t *testing.T) {
 		dir := t.TempDir()
-		writeTree(t, dir, map[string]string{"a.txt": "a\n", "b/c.txt": "c\n"})
+		treetest.Write(t, dir, map[string]string{"a.txt": "a\n", "b/c.txt": "c\n"})
 		// Files older than the cache are trusted; one changed in the second
 		// the cache was written would be hashed again.
 		old := time.Now().Add(-time.Hour)
@@ -205,7 +158,7 @@ func TestFlow(t *testing.T) {
 	})
 	t.Run("refused-entry", func(t *testing.T) {
 		bad := t.TempDir()
-		writeTree(t, bad, map[string]string{"a.txt": "a\n"})
+		treetest.Write(t, bad, map[string]string{"a.txt": "a\n"})
 		if err := os.Symlink("a.txt", filepath.Join(bad, "link")); err != nil {
 			t.Skip("no symlinks here:", err)
 		}
@@ -229,7 +182,7 @@ func TestFlow(t *testing.T) {
 	}
 	out := filepath.Join(t.TempDir(), "after-restart")
 	ok(t, env, "restore", id2, out)
-	got := readTree(t, out)
+	got := treetest.Read(t, out)
 	if !bytes.Equal([]byte(got["assets/big.bin"]), []byte(v1["assets/big.bin"])) || got["new.txt"] != "new\n" {
 		t.Errorf("after the restart, the restored tree has %v", slices.Sorted(maps.Keys(got)))
 	}
