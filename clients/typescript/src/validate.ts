@@ -1,0 +1,150 @@
+// Checks the client runs before a request leaves, in the contract's order.
+//
+// cairnd runs every check again; the client runs the input checks too because
+// some inputs cannot cross the wire unchanged: a lone UTF-16 surrogate becomes
+// U+FFFD when a string is encoded as UTF-8, a non-string id has no protobuf
+// form, `expectedHeadId: undefined` and `null` look alike, and a directory
+// entry whose `blobKey` key holds undefined loses the key in JSON. Each check
+// here fails exactly where the contract says the store fails, so the order of
+// the codes a caller sees is the contract's.
+
+import { SandboxCheckpointInvalidEntryError, SandboxCheckpointInvalidIdError, SandboxCheckpointWriterLostError } from "./errors.js";
+
+/** Reports whether s is a string without an unpaired UTF-16 surrogate. */
+export function isWellFormed(s: string): boolean {
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c >= 0xd800 && c <= 0xdbff) {
+      const d = i + 1 < s.length ? s.charCodeAt(i + 1) : 0;
+      if (d < 0xdc00 || d > 0xdfff) return false;
+      i++;
+    } else if (c >= 0xdc00 && c <= 0xdfff) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/** Throws SandboxCheckpointInvalidIdError unless value is a non-empty well-formed string. */
+export function assertValidIdentifier(value: unknown, what: string): asserts value is string {
+  if (typeof value !== "string" || value.length === 0 || !isWellFormed(value)) {
+    throw new SandboxCheckpointInvalidIdError(`${what} must be a non-empty well-formed string`);
+  }
+}
+
+function isFiniteNumber(v: unknown): v is number {
+  return typeof v === "number" && Number.isFinite(v);
+}
+
+function isSize(v: unknown): v is number {
+  return typeof v === "number" && Number.isSafeInteger(v) && v >= 0;
+}
+
+const fileKey = /^sandbox-files\/sha256\/[0-9a-f]{64}$/;
+const artifactKey = /^sandbox-artifacts\/sha256\/[0-9a-f]{64}$/;
+
+/** Reports whether key is a file or artifact blob key. */
+export function isBlobKey(key: unknown): key is string {
+  return typeof key === "string" && (fileKey.test(key) || artifactKey.test(key));
+}
+
+function isNormalizedPath(p: unknown): p is string {
+  if (typeof p !== "string" || p.length === 0) return false;
+  if (p.includes("\0") || p.startsWith("/") || p.includes("\\")) return false;
+  if (/^[A-Za-z]:(\/|$)/.test(p)) return false;
+  return p.split("/").every((seg) => seg !== "" && seg !== "." && seg !== "..");
+}
+
+function hasOwn(o: object, k: string): boolean {
+  return Object.prototype.hasOwnProperty.call(o, k);
+}
+
+/** Throws SandboxCheckpointInvalidEntryError unless createdAt is a finite number. */
+export function assertCreatedAt(createdAt: unknown, what: string): asserts createdAt is number {
+  if (!isFiniteNumber(createdAt)) throw new SandboxCheckpointInvalidEntryError(`${what} createdAt must be a finite number`);
+}
+
+/** Validates a checkpoint's files in array order (contract §2.3). */
+export function validateEntries(files: unknown): void {
+  if (!Array.isArray(files)) throw new SandboxCheckpointInvalidEntryError("Checkpoint files must be an array");
+  const kinds = new Map<string, string>();
+  for (const entry of files as unknown[]) {
+    if (entry === null || typeof entry !== "object") throw new SandboxCheckpointInvalidEntryError("Checkpoint entry must be an object");
+    const e = entry as Record<string, unknown>;
+    const path = e["path"];
+    if (!isNormalizedPath(path)) throw new SandboxCheckpointInvalidEntryError("Checkpoint entry path must be a normalized workspace-relative path");
+    if (kinds.has(path)) throw new SandboxCheckpointInvalidEntryError(`Checkpoint entry path ${JSON.stringify(path)} is duplicated`);
+    for (let i = path.indexOf("/"); i >= 0; i = path.indexOf("/", i + 1)) {
+      if (kinds.get(path.slice(0, i)) === "file") throw new SandboxCheckpointInvalidEntryError(`Checkpoint entry ${JSON.stringify(path)} is beneath a file`);
+    }
+    if (e["kind"] === "file") {
+      const prefix = path + "/";
+      for (const seen of kinds.keys()) {
+        if (seen.startsWith(prefix)) throw new SandboxCheckpointInvalidEntryError(`Checkpoint file ${JSON.stringify(path)} has entries beneath it`);
+      }
+    }
+    kinds.set(path, "pending");
+    if (e["kind"] === "file") {
+      const key = e["blobKey"];
+      if (typeof key !== "string" || !isWellFormed(key) || !fileKey.test(key)) throw new SandboxCheckpointInvalidEntryError("Checkpoint file blobKey is invalid");
+      if (!hasOwn(e, "size") || !isSize(e["size"])) throw new SandboxCheckpointInvalidEntryError("Checkpoint file size must be a safe integer >= 0");
+    } else if (e["kind"] === "dir") {
+      if (hasOwn(e, "blobKey") || hasOwn(e, "size")) throw new SandboxCheckpointInvalidEntryError("Directory entries cannot contain file fields");
+    } else {
+      throw new SandboxCheckpointInvalidEntryError("Checkpoint entry kind must be file or dir");
+    }
+    kinds.set(path, e["kind"]);
+  }
+}
+
+/** Validates a checkpoint's artifacts (contract §2.4). */
+export function validateArtifacts(artifacts: unknown): void {
+  if (!Array.isArray(artifacts)) throw new SandboxCheckpointInvalidEntryError("Checkpoint artifacts must be an array");
+  for (const a of artifacts as unknown[]) {
+    if (a === null || typeof a !== "object") throw new SandboxCheckpointInvalidEntryError("Checkpoint artifact must be an object");
+    const r = a as Record<string, unknown>;
+    const ok =
+      typeof r["artifactId"] === "string" &&
+      r["artifactId"].length > 0 &&
+      isWellFormed(r["artifactId"]) &&
+      typeof r["name"] === "string" &&
+      r["name"].length > 0 &&
+      typeof r["mimeType"] === "string" &&
+      r["mimeType"].length > 0 &&
+      typeof r["blobKey"] === "string" &&
+      isWellFormed(r["blobKey"]) &&
+      artifactKey.test(r["blobKey"]) &&
+      isSize(r["size"]) &&
+      isFiniteNumber(r["createdAt"]);
+    if (!ok) throw new SandboxCheckpointInvalidEntryError("Checkpoint artifact has invalid fields");
+  }
+}
+
+/** The writer fields as read once from the caller's object. */
+export interface WriterFields {
+  threadId: string;
+  ownerToken: string;
+  fence: number;
+}
+
+/**
+ * Reads a writer argument. Its thread id must be a valid identifier
+ * (INVALID_ID); a token or fence of the wrong type can never match a lease,
+ * so it gives WRITER_LOST, as a mismatch does.
+ */
+export function readWriter(writer: unknown): WriterFields {
+  const w = (writer ?? {}) as Record<string, unknown>;
+  const threadId = w["threadId"];
+  assertValidIdentifier(threadId, "writer.threadId");
+  const ownerToken = w["ownerToken"];
+  const fence = w["fence"];
+  if (typeof ownerToken !== "string" || !isWellFormed(ownerToken) || typeof fence !== "number" || !Number.isSafeInteger(fence)) {
+    return { threadId, ownerToken: "", fence: -1 };
+  }
+  return { threadId, ownerToken, fence };
+}
+
+/** Throws WRITER_LOST when the writer belongs to another thread. */
+export function assertWriterThread(writer: WriterFields, threadId: string, what: string): void {
+  if (writer.threadId !== threadId) throw new SandboxCheckpointWriterLostError(`writer thread does not match ${what} thread`);
+}
