@@ -725,6 +725,19 @@ export const pruneCases: Case[] = [
     },
   },
   {
+    id: "PR-04",
+    title: "deleteCheckpoints follows the parent chain, not createdAt",
+    async run(f) {
+      const { checkpoints: s, w } = await fresh(f);
+      await w.append({ ...checkpoint("1"), createdAt: 30 });
+      await w.append({ ...checkpoint("2", "1"), createdAt: 20 });
+      await w.append({ ...checkpoint("3", "2"), createdAt: 10 });
+      assert.deepEqual(await s.deleteCheckpoints({ threadId: "thread-a", keep: 2, writer: await w.of("thread-a") }), { deleted: ["1"] });
+      assert.deepEqual((await s.list("thread-a")).map((c) => c.id), ["3", "2"]);
+      assert.equal(await s.getHead("thread-a"), "3");
+    },
+  },
+  {
     id: "PR-02",
     title: "deleteHead after pruning leaves no head when the parent is gone (A10)",
     async run(f) {

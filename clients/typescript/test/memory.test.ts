@@ -1,0 +1,54 @@
+// The conformance cases against the in-memory reference: a case that fails
+// here is itself wrong. Each deliberately broken store must fail at least
+// one case, so no rule the suite claims to check goes unchecked.
+
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+
+import { allCases, type Case } from "./conformance.js";
+import { memoryStoreSet, type Fault } from "./memory.js";
+
+describe("conformance cases against the in-memory reference", () => {
+  for (const c of allCases) {
+    it(`${c.id}: ${c.title}`, () => c.run(async (options) => memoryStoreSet(options)));
+  }
+});
+
+const faults: Fault[] = [
+  "get-shares-memory",
+  "list-utf16-order",
+  "refs-count-duplicates",
+  "no-stale-head-check",
+  "parent-before-duplicate",
+  "lease-expires-after-now",
+  "release-ignores-owner",
+  "fence-resets",
+  "renew-revives",
+  "fork-copies-label",
+  "fork-ignores-transcript",
+  "instance-merges",
+  "prune-by-created-at",
+  "writer-after-entries",
+];
+
+/** Runs every case against a store with fault and returns the ids of the cases that failed. */
+export async function failingCases(cases: Case[], make: Parameters<Case["run"]>[0]): Promise<string[]> {
+  const failed: string[] = [];
+  for (const c of cases) {
+    try {
+      await c.run(make);
+    } catch {
+      failed.push(c.id);
+    }
+  }
+  return failed;
+}
+
+describe("every broken in-memory store fails the suite", () => {
+  for (const fault of faults) {
+    it(fault, async () => {
+      const failed = await failingCases(allCases, async (options) => memoryStoreSet(options, fault));
+      assert.ok(failed.length > 0, `no case caught ${fault}`);
+    });
+  }
+});
