@@ -6,10 +6,15 @@ export PATH := $(BIN):$(PATH)
 
 # Pinned versions of the tools the tests start.
 VERSITYGW_VERSION := v1.8.0
+# Pinned code generators of the Connect API (make proto).
+BUF_VERSION := v1.75.0
+PROTOC_GEN_GO_VERSION := v1.36.12
+PROTOC_GEN_CONNECT_GO_VERSION := v1.21.1
+PROTO_TOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-connect-go
 
 FUZZTIME ?= 10s
 
-.PHONY: all test unit lint fuzz tools debian-etcd integration campaign cluster demo bench clean
+.PHONY: all test unit lint fuzz tools proto proto-check debian-etcd integration campaign cluster demo bench clean
 
 all: lint test
 
@@ -17,6 +22,23 @@ all: lint test
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(MAKE) --no-print-directory proto-check
+
+## proto: regenerate the Go code of the Connect API (gen/) from proto/.
+proto: $(PROTO_TOOLS)
+	$(BIN)/buf lint proto
+	rm -rf gen/cairn && $(BIN)/buf generate
+
+## proto-check: fail when gen/ is stale against proto/.
+proto-check: $(PROTO_TOOLS)
+	BIN=$(BIN) bash scripts/proto-check.sh
+
+$(BIN)/buf:
+	GOBIN=$(BIN) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
+$(BIN)/protoc-gen-go:
+	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+$(BIN)/protoc-gen-connect-go:
+	GOBIN=$(BIN) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_GO_VERSION)
 
 ## tools: build the pinned tool binaries the tests start into ./bin, and
 ## install Debian's etcd 3.4 for the compatibility test.
