@@ -59,6 +59,11 @@ function hasOwn(o: object, k: string): boolean {
   return Object.prototype.hasOwnProperty.call(o, k);
 }
 
+/** Throws SandboxCheckpointInvalidEntryError unless keep is a safe integer >= 1. */
+export function assertKeep(keep: unknown): asserts keep is number {
+  if (typeof keep !== "number" || !Number.isSafeInteger(keep) || keep < 1) throw new SandboxCheckpointInvalidEntryError("keep must be a safe integer of 1 or more");
+}
+
 /** Throws SandboxCheckpointInvalidEntryError unless createdAt is a finite number. */
 export function assertCreatedAt(createdAt: unknown, what: string): asserts createdAt is number {
   if (!isFiniteNumber(createdAt)) throw new SandboxCheckpointInvalidEntryError(`${what} createdAt must be a finite number`);
@@ -125,13 +130,15 @@ export interface WriterFields {
   threadId: string;
   ownerToken: string;
   fence: number;
+  /**
+   * False when the token is not a well-formed string or the fence not a safe
+   * integer: such a writer can match no lease, so the write fails with
+   * WRITER_LOST where the contract checks lease currency.
+   */
+  plausible: boolean;
 }
 
-/**
- * Reads a writer argument. Its thread id must be a valid identifier
- * (INVALID_ID); a token or fence of the wrong type can never match a lease,
- * so it gives WRITER_LOST, as a mismatch does.
- */
+/** Reads a writer argument once; its thread id must be a valid identifier (INVALID_ID). */
 export function readWriter(writer: unknown): WriterFields {
   const w = (writer ?? {}) as Record<string, unknown>;
   const threadId = w["threadId"];
@@ -139,9 +146,14 @@ export function readWriter(writer: unknown): WriterFields {
   const ownerToken = w["ownerToken"];
   const fence = w["fence"];
   if (typeof ownerToken !== "string" || !isWellFormed(ownerToken) || typeof fence !== "number" || !Number.isSafeInteger(fence)) {
-    return { threadId, ownerToken: "", fence: -1 };
+    return { threadId, ownerToken: "", fence: -1, plausible: false };
   }
-  return { threadId, ownerToken, fence };
+  return { threadId, ownerToken, fence, plausible: true };
+}
+
+/** Throws WRITER_LOST for a writer that can match no lease. */
+export function assertPlausible(writer: WriterFields): void {
+  if (!writer.plausible) throw new SandboxCheckpointWriterLostError("writer has no valid ownerToken and fence");
 }
 
 /** Throws WRITER_LOST when the writer belongs to another thread. */

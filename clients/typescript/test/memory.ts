@@ -8,13 +8,12 @@ import {
   SandboxCheckpointConflictError,
   SandboxCheckpointDuplicateIdError,
   SandboxCheckpointError,
-  SandboxCheckpointInvalidEntryError,
   SandboxCheckpointNotHeadError,
   SandboxCheckpointParentMismatchError,
   SandboxCheckpointWriterConflictError,
   SandboxCheckpointWriterLostError,
 } from "../src/errors.js";
-import { assertCreatedAt, assertValidIdentifier, assertWriterThread, readWriter, validateArtifacts, validateEntries, type WriterFields } from "../src/validate.js";
+import { assertCreatedAt, assertKeep, assertValidIdentifier, assertWriterThread, readWriter, validateArtifacts, validateEntries, type WriterFields } from "../src/validate.js";
 import type { StoreSet } from "./conformance.js";
 
 /** Rules a mutant breaks; each must make at least one conformance case fail. */
@@ -148,7 +147,7 @@ export function memoryStoreSet(options: SandboxCheckpointStoreOptions, fault: Fa
       fences.set(threadId, fence);
       const mine = { ownerToken: `token-${++tokens}`, fence, expiresAt: now() + leaseMs };
       writers.set(threadId, mine);
-      const id: WriterFields = { threadId, ownerToken: mine.ownerToken, fence };
+      const id: WriterFields = { threadId, ownerToken: mine.ownerToken, fence, plausible: true };
       let expiresAt = mine.expiresAt;
       return {
         threadId,
@@ -178,7 +177,7 @@ export function memoryStoreSet(options: SandboxCheckpointStoreOptions, fault: Fa
       assertValidIdentifier(threadId, "threadId");
       const w = readWriter(writer);
       assertWriterThread(w, threadId, "deleteCheckpoints");
-      if (typeof keep !== "number" || !Number.isSafeInteger(keep) || keep < 1) throw new SandboxCheckpointInvalidEntryError("keep must be a safe integer of 1 or more");
+      assertKeep(keep);
       assertCurrent(w, threadId);
       const chain: SandboxCheckpoint[] = [];
       for (let id = heads.get(threadId); id; ) {
