@@ -1050,3 +1050,16 @@ export const instanceCases: Case[] = [
 ];
 
 export const allCases: Case[] = [...storeCases, ...entryCases, ...orderCases, ...pruneCases, ...forkCases, ...instanceCases];
+
+/** Runs cases against a factory and returns the ids of the cases that failed. */
+export async function failingCases(cases: Case[], factory: Factory): Promise<string[]> {
+  const failed: string[] = [];
+  for (const c of cases) {
+    try {
+      await c.run(factory);
+    } catch {
+      failed.push(c.id);
+    }
+  }
+  return failed;
+}

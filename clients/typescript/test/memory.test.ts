@@ -5,7 +5,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 
-import { allCases, type Case } from "./conformance.js";
+import { allCases, failingCases } from "./conformance.js";
 import { memoryStoreSet, type Fault } from "./memory.js";
 
 describe("conformance cases against the in-memory reference", () => {
@@ -30,19 +30,6 @@ const faults: Fault[] = [
   "prune-by-created-at",
   "writer-after-entries",
 ];
-
-/** Runs every case against a store with fault and returns the ids of the cases that failed. */
-export async function failingCases(cases: Case[], make: Parameters<Case["run"]>[0]): Promise<string[]> {
-  const failed: string[] = [];
-  for (const c of cases) {
-    try {
-      await c.run(make);
-    } catch {
-      failed.push(c.id);
-    }
-  }
-  return failed;
-}
 
 describe("every broken in-memory store fails the suite", () => {
   for (const fault of faults) {
