@@ -51,6 +51,7 @@ import {
   readWriter,
   validateArtifacts,
   validateEntries,
+  validateText,
   type WriterFields,
 } from "./validate.js";
 
@@ -289,6 +290,7 @@ function checkpointStoreOn(svc: Svc): CairnCheckpointStore {
       assertCreatedAt(c.createdAt, "Checkpoint");
       validateEntries(c.files);
       validateArtifacts(c.artifacts);
+      validateText(c);
       assertPlausible(w);
       const req = create(AppendRequestSchema, {
         checkpoint: checkpointIn(c, parent),

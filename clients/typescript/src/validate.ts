@@ -48,8 +48,13 @@ export function isBlobKey(key: unknown): key is string {
   return typeof key === "string" && (fileKey.test(key) || artifactKey.test(key));
 }
 
+// Paths, labels, reasons, run ids and artifact names must be well-formed
+// Unicode here, where the contract accepts a lone surrogate in them: the
+// wire carries text as UTF-8, which has no form for a lone surrogate (it
+// would arrive as U+FFFD, and the checkpoint would not read back as it was
+// appended). The client refuses it with INVALID_ENTRY instead.
 function isNormalizedPath(p: unknown): p is string {
-  if (typeof p !== "string" || p.length === 0) return false;
+  if (typeof p !== "string" || p.length === 0 || !isWellFormed(p)) return false;
   if (p.includes("\0") || p.startsWith("/") || p.includes("\\")) return false;
   if (/^[A-Za-z]:(\/|$)/.test(p)) return false;
   return p.split("/").every((seg) => seg !== "" && seg !== "." && seg !== "..");
@@ -114,14 +119,26 @@ export function validateArtifacts(artifacts: unknown): void {
       isWellFormed(r["artifactId"]) &&
       typeof r["name"] === "string" &&
       r["name"].length > 0 &&
+      isWellFormed(r["name"]) &&
       typeof r["mimeType"] === "string" &&
       r["mimeType"].length > 0 &&
+      isWellFormed(r["mimeType"]) &&
       typeof r["blobKey"] === "string" &&
       isWellFormed(r["blobKey"]) &&
       artifactKey.test(r["blobKey"]) &&
       isSize(r["size"]) &&
       isFiniteNumber(r["createdAt"]);
     if (!ok) throw new SandboxCheckpointInvalidEntryError("Checkpoint artifact has invalid fields");
+  }
+}
+
+/**
+ * Throws INVALID_ENTRY when the reason, label or sourceRunId is a string that
+ * is not well-formed Unicode (see isNormalizedPath for why).
+ */
+export function validateText(c: { reason?: unknown; label?: unknown; sourceRunId?: unknown }): void {
+  for (const [what, v] of [["reason", c.reason], ["label", c.label], ["sourceRunId", c.sourceRunId]] as const) {
+    if (typeof v === "string" && !isWellFormed(v)) throw new SandboxCheckpointInvalidEntryError(`Checkpoint ${what} must be well-formed Unicode`);
   }
 }
 

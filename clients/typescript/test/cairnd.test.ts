@@ -22,7 +22,7 @@ import {
 } from "../src/index.js";
 import { BlobCollectorService } from "../src/gen/cairn/v1/cairn_pb.js";
 import { startCairnd, type Cairnd } from "./cairnd.js";
-import { allCases, checkpoint, failingCases, fileKey, type Factory, type StoreSet } from "./conformance.js";
+import { allCases, checkpoint, firstFailure, fileKey, type Factory, type StoreSet } from "./conformance.js";
 
 let d: Cairnd;
 const sessions: TestSession[] = [];
@@ -32,7 +32,7 @@ before(async () => {
 });
 
 after(async () => {
-  for (const s of sessions) await s.close().catch(() => {});
+  await closeSessions().catch(() => {});
   await d?.stop();
 });
 
@@ -44,9 +44,19 @@ async function session(options: SandboxCheckpointStoreOptions): Promise<TestSess
 
 const factory: Factory = session;
 
+async function closeSessions(): Promise<void> {
+  for (const s of sessions.splice(0)) await s.close();
+}
+
 describe("conformance against cairnd", () => {
   for (const c of allCases) {
-    it(`${c.id}: ${c.title}`, () => c.run(factory));
+    it(`${c.id}: ${c.title}`, async () => {
+      try {
+        await c.run(factory);
+      } finally {
+        await closeSessions();
+      }
+    });
   }
 });
 
@@ -108,8 +118,12 @@ const mutants: Record<string, Mutant> = {
 describe("every broken client fails the suite against cairnd", () => {
   for (const [name, mutate] of Object.entries(mutants)) {
     it(name, async () => {
-      const failed = await failingCases(allCases, async (o) => mutate(await factory(o)));
-      assert.ok(failed.length > 0, `no case caught: ${name}`);
+      try {
+        const failed = await firstFailure(allCases, async (o) => mutate(await factory(o)));
+        assert.ok(failed, `no case caught: ${name}`);
+      } finally {
+        await closeSessions();
+      }
     });
   }
 });

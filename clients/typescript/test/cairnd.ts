@@ -54,7 +54,7 @@ export async function startCairnd(extraArgs: string[] = []): Promise<Cairnd> {
   await writeFile(tokens, `tenant-a ts-a/ ${token}\ntenant-b ts-b/ ${otherToken}\n`, { mode: 0o600 });
   const port = await freePort();
   const args = ["--dev", "--dev-data", join(dir, "data"), "--test-clock", "--serve-collector", "--listen", `127.0.0.1:${port}`, "--tokens-file", tokens, ...extraArgs];
-  const child: ChildProcess = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, CAIRN_LOG_FORMAT: "text" } });
+  const child: ChildProcess = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"] });
   let out = "";
   child.stdout?.on("data", (b: Buffer) => (out += b.toString()));
   child.stderr?.on("data", (b: Buffer) => (out += b.toString()));

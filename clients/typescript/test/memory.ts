@@ -13,7 +13,7 @@ import {
   SandboxCheckpointWriterConflictError,
   SandboxCheckpointWriterLostError,
 } from "../src/errors.js";
-import { assertCreatedAt, assertKeep, assertValidIdentifier, assertWriterThread, readWriter, validateArtifacts, validateEntries, type WriterFields } from "../src/validate.js";
+import { assertCreatedAt, assertKeep, assertValidIdentifier, assertWriterThread, readWriter, validateArtifacts, validateEntries, validateText, type WriterFields } from "../src/validate.js";
 import type { StoreSet } from "./conformance.js";
 
 /** Rules a mutant breaks; each must make at least one conformance case fail. */
@@ -115,6 +115,7 @@ export function memoryStoreSet(options: SandboxCheckpointStoreOptions, fault: Fa
       assertCreatedAt(input.createdAt, "Checkpoint");
       validateEntries(input.files);
       validateArtifacts(input.artifacts);
+      validateText(input);
       if (fault === "writer-after-entries") assertWriterThread(w, input.threadId, "checkpoint");
       assertCurrent(w, input.threadId);
       const parent = input.parentCheckpointId ?? null;
