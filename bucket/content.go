@@ -196,20 +196,8 @@ func UploadBlobs(ctx context.Context, c cairn.BlobClaimer, w cairn.Writer, p Put
 	for i, b := range todo {
 		keys[i] = b.Key
 	}
-	for len(keys) > 0 {
-		busy, err := c.ClaimBlobs(ctx, w, keys)
-		if err != nil {
-			return UploadResult{}, err
-		}
-		if len(busy) == 0 {
-			break
-		}
-		// A sweep is deleting these: their bytes may be gone, or about to
-		// be. Wait until it has settled them, then claim them again.
-		if err := c.WaitBlobs(ctx, busy); err != nil {
-			return UploadResult{}, fmt.Errorf("bucket: wait for a sweep to finish deleting %d blobs before uploading them again: %w", len(busy), err)
-		}
-		keys = busy
+	if err := ClaimKeys(ctx, c, w, keys); err != nil {
+		return UploadResult{}, err
 	}
 	return putAll(ctx, p, todo)
 }

@@ -28,6 +28,9 @@ type Config struct {
 	NoFsync bool
 	// Name is the member name; "" selects "default".
 	Name string
+	// ClientAddr is the host:port clients connect to; "" selects a free
+	// port on 127.0.0.1.
+	ClientAddr string
 }
 
 // Server is a running embedded etcd member.
@@ -47,8 +50,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		ec.Name = cfg.Name
 	}
 	loopback := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
-	ec.ListenClientUrls = []url.URL{loopback}
-	ec.AdvertiseClientUrls = []url.URL{loopback}
+	client := loopback
+	if cfg.ClientAddr != "" {
+		client.Host = cfg.ClientAddr
+	}
+	ec.ListenClientUrls = []url.URL{client}
+	ec.AdvertiseClientUrls = []url.URL{client}
 	ec.ListenPeerUrls = []url.URL{loopback}
 	ec.AdvertisePeerUrls = []url.URL{loopback}
 	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)

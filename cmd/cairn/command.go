@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/cairnstore/cairn/bucket"
+	"github.com/cairnstore/cairn/etcdstore"
+	"github.com/cairnstore/cairn/internal/cli"
+)
+
+// command is one subcommand of cairn.
+type command struct {
+	name    string
+	args    string // the synopsis after the name
+	summary string // one line for cairn --help
+	help    string // what it does, with an example
+	nargs   int    // the number of positional arguments
+	// store says the command opens the store, and so takes the etcd, S3
+	// and --prefix flags.
+	store bool
+	// setup registers the command's own flags and returns what runs it.
+	setup func(s *cli.Set) func(ctx context.Context, c *call) error
+}
+
+// call is one run of a command: its arguments and, once open has been
+// called, the store.
+type call struct {
+	p     proc
+	args  []string
+	set   *cli.Set
+	conn  *conn
+	store *etcdstore.Store
+	blobs *bucket.S3
+	close func()
+}
+
+// open opens the store; a command calls it once it has checked its own flags
+// and arguments, so that a usage error never waits for etcd.
+func (k *call) open(ctx context.Context) error {
+	return k.conn.open(ctx, k)
+}
+
+// commands are the subcommands, in the order cairn --help lists them.
+var commands []*command
+
+func lookup(name string) *command {
+	for _, c := range commands {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// conn holds the flags that reach the store.
+type conn struct {
+	etcd   cli.Etcd
+	s3     bucket.Config
+	prefix string
+	probe  time.Duration
+}
+
+func (c *conn) register(s *cli.Set) {
+	c.etcd = cli.DefaultEtcd()
+	c.etcd.Register(s)
+	s.StringVar(&c.prefix, "prefix", "", "etcd key prefix of the application's checkpoint store (required; may be empty)")
+	cli.RegisterS3(s, &c.s3)
+	c.probe = 10 * time.Second
+	s.Var(cli.Duration{D: &c.probe}, "probe-timeout", "deadline of the start-up check of etcd and of the bucket")
+}
+
+// resolve completes and checks the flags after Parse.
+func (c *conn) resolve(s *cli.Set, getenv func(string) string) error {
+	if err := c.etcd.Resolve(); err != nil {
+		return err
+	}
+	if err := c.etcd.Validate(); err != nil {
+		return err
+	}
+	if s.Source("prefix") == "default" {
+		return cli.Usagef("--prefix (or %s) is required: the etcd key prefix your application's store uses (an empty prefix is allowed, but must be given)",
+			cli.EnvName("prefix"))
+	}
+	cli.S3Credentials(getenv, &c.s3)
+	if err := cli.ValidateS3(c.s3); err != nil {
+		return err
+	}
+	if c.probe <= 0 {
+		return cli.Usagef("--probe-timeout must be positive, got %v", c.probe)
+	}
+	return nil
+}
+
+// open connects to etcd and the bucket, each checked within --probe-timeout,
+// and opens the store with the bucket as its object store, as the sweeper
+// does.
+func (c *conn) open(ctx context.Context, k *call) error {
+	client, err := cli.ConnectEtcd(ctx, c.etcd, c.prefix, c.probe)
+	if err != nil {
+		return err
+	}
+	blobs, err := cli.OpenBucket(ctx, c.s3, c.probe)
+	if err != nil {
+		client.Close()
+		return err
+	}
+	store, err := etcdstore.New(client, c.prefix, etcdstore.Options{Objects: blobs})
+	if err != nil {
+		blobs.Close()
+		client.Close()
+		return fmt.Errorf("open the store: %w", err)
+	}
+	k.store, k.blobs = store, blobs
+	k.close = func() {
+		store.Close()
+		blobs.Close()
+		client.Close()
+	}
+	return nil
+}
+
+// exec parses the command's arguments, opens the store when it needs it, and
+// runs it.
+func (cmd *command) exec(ctx context.Context, p proc, args []string) error {
+	s := cli.NewSet("cairn "+cmd.name, p.stderr)
+	var cn conn
+	if cmd.store {
+		cn.register(s)
+	}
+	runFn := cmd.setup(s)
+	s.Usage = func() { cmd.usage(p.stdout, s) }
+	flags, positional, err := permute(s.FlagSet, args)
+	if err != nil {
+		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
+	}
+	if err := s.Parse(flags, p.getenv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if len(positional) != cmd.nargs {
+		return fmt.Errorf("%w: want %s, got %d argument(s)", cli.ErrUsage, plural(cmd.nargs, "argument"), len(positional))
+	}
+	if cmd.store {
+		if err := cn.resolve(s, p.getenv); err != nil {
+			return err
+		}
+	}
+	k := &call{p: p, args: positional, set: s, conn: &cn}
+	defer func() {
+		if k.close != nil {
+			k.close()
+		}
+	}()
+	return runFn(ctx, k)
+}
+
+// usage prints the command's help: synopsis, text and flags.
+func (cmd *command) usage(w io.Writer, s *cli.Set) {
+	fmt.Fprintf(w, "Usage: cairn %s %s\n\n%s\n", cmd.name, cmd.args, strings.TrimSpace(cmd.help))
+	fmt.Fprintf(w, "\nFlags:\n")
+	s.PrintFlags(w)
+}
+
+// permute splits args into flags (with their values) and positional
+// arguments, so that flags may come after the arguments, as in
+// `cairn capture ./ws --thread t1`. "--" ends the flags.
+func permute(fs *flag.FlagSet, args []string) (flags, positional []string, err error) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return flags, append(positional, args[i+1:]...), nil
+		}
+		if len(a) < 2 || a[0] != '-' {
+			positional = append(positional, a)
+			continue
+		}
+		flags = append(flags, a)
+		name := strings.TrimLeft(a, "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		f := fs.Lookup(name)
+		if f == nil {
+			continue // Parse names it
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			continue
+		}
+		if i+1 == len(args) {
+			return nil, nil, fmt.Errorf("flag needs an argument: %s", a)
+		}
+		i++
+		flags = append(flags, args[i])
+	}
+	return flags, positional, nil
+}
+
+func plural(n int, what string) string {
+	switch n {
+	case 0:
+		return "no " + what
+	case 1:
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// isUsage reports whether err is a usage error.
+func isUsage(err error) bool { return errors.Is(err, cli.ErrUsage) }
+
+// withUsage marks err as a usage error when it matches sentinel.
+func withUsage(err, sentinel error) error {
+	if errors.Is(err, sentinel) && !isUsage(err) {
+		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
+	}
+	return err
+}

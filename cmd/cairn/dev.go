@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/cairnstore/cairn/internal/cli"
+	"github.com/cairnstore/cairn/internal/devstack"
+)
+
+func init() { commands = append(commands, devCmd) }
+
+var devCmd = &command{
+	name: "dev", args: "[flags]", nargs: 0,
+	summary: "run a local etcd and S3 server, and print the variables that reach them",
+	help: `Runs an embedded etcd and an S3 server (gofakes3) on 127.0.0.1 in this one
+process, keeping their data in --data, so that a restart on the same
+directory finds every checkpoint and blob again. Once both serve, it prints on
+standard output the export lines that point every other cairn command, the
+sweeper and an application at them, then runs until SIGINT (Ctrl-C) or
+SIGTERM, when it stops both servers and exits 0.
+
+The S3 server accepts any credentials: it is for one developer's machine.
+--print-env prints the export lines for the given addresses without starting
+anything, for a second shell.
+
+Example:
+  cairn dev --data ./dev-data
+  eval "$(cairn dev --print-env)"    # in another shell
+  cairn capture --thread t1 ./workspace`,
+	setup: func(s *cli.Set) func(context.Context, *call) error {
+		def, defErr := devstack.DefaultDir()
+		data := s.String("data", def, "directory of the etcd and bucket data (created when missing; kept across restarts)")
+		etcdAddr := s.String("etcd-listen", devstack.DefaultEtcdAddr, "loopback host:port of etcd's client port (port 0: a free one)")
+		s3Addr := s.String("s3-listen", devstack.DefaultS3Addr, "loopback host:port of the S3 server (port 0: a free one)")
+		printEnv := s.Bool("print-env", false, "print the export lines for --etcd-listen and --s3-listen, start nothing")
+		return func(ctx context.Context, c *call) error {
+			if *printEnv {
+				env, err := devstack.EnvFor(*etcdAddr, *s3Addr)
+				if err != nil {
+					return fmt.Errorf("%w: %w", cli.ErrUsage, err)
+				}
+				printExports(c, env)
+				return nil
+			}
+			if *data == "" {
+				if defErr != nil {
+					return fmt.Errorf("%w: give --data: %w", cli.ErrUsage, defErr)
+				}
+				return fmt.Errorf("%w: --data is empty", cli.ErrUsage)
+			}
+			startCtx, cancel := context.WithTimeout(ctx, time.Minute)
+			stack, err := devstack.Start(startCtx, devstack.Options{Dir: *data, EtcdAddr: *etcdAddr, S3Addr: *s3Addr})
+			cancel()
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil // interrupted while starting
+				}
+				return withUsage(err, devstack.ErrOptions)
+			}
+			fmt.Fprintf(c.p.stderr, "cairn dev: etcd on %s, S3 on %s (bucket %s), data in %s; ready in %v. Ctrl-C stops.\n",
+				strings.Join(stack.EtcdEndpoints, ","), stack.S3.Endpoint, stack.S3.Bucket, stack.Dir, stack.Took.Round(time.Millisecond))
+			printExports(c, stack.Env())
+			<-ctx.Done()
+			fmt.Fprintln(c.p.stderr, "cairn dev: stopping")
+			if err := stack.Close(); err != nil {
+				return err
+			}
+			fmt.Fprintln(c.p.stderr, "cairn dev: stopped; the data stays in "+stack.Dir)
+			return nil
+		}
+	},
+}
+
+// printExports prints NAME=value lines as shell export lines.
+func printExports(c *call, env []string) {
+	for _, kv := range env {
+		name, value, _ := strings.Cut(kv, "=")
+		fmt.Fprintf(c.p.stdout, "export %s=%s\n", name, shellQuote(value))
+	}
+}

@@ -1,0 +1,5 @@
+package snapshot
+
+import "strconv"
+
+func quote(s string) string { return strconv.Quote(s) }
