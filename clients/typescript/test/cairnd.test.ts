@@ -21,7 +21,7 @@ import {
   type TestSession,
 } from "../src/index.js";
 import { BlobCollectorService } from "../src/gen/cairn/v1/cairn_pb.js";
-import { startCairnd, type Cairnd } from "./cairnd.js";
+import { maxRequestBytes, startCairnd, type Cairnd } from "./cairnd.js";
 import { allCases, checkpoint, firstFailure, fileKey, type Factory, type StoreSet } from "./conformance.js";
 
 let d: Cairnd;
@@ -183,6 +183,17 @@ describe("outcomes", () => {
     await assert.rejects(s.append({ checkpoint: checkpoint("1"), expectedHeadId: null, writer: lease }), CairnUnknownOutcomeError);
     assert.equal(await ts.checkpoints.getHead("thread-a"), "1", "the write was applied");
     await assert.rejects(s.getHead("thread-a"), CairnRequestError);
+  });
+
+  it("refuses a request over the size limit as resource_exhausted, changing nothing", async () => {
+    const ts = await session({ now: () => 1000, leaseDurationMs: 100, renewAfterMs: 25 });
+    const lease = await ts.checkpoints.acquireWriter("thread-a");
+    const big = { ...checkpoint("1"), conversation: [{ role: "user", content: "x".repeat(maxRequestBytes + 1) }] };
+    await assert.rejects(
+      ts.checkpoints.append({ checkpoint: big, expectedHeadId: null, writer: lease }),
+      (e: unknown) => e instanceof CairnRequestError && e.connectCode === "resource_exhausted",
+    );
+    assert.equal(await ts.checkpoints.getHead("thread-a"), null);
   });
 
   it("speaks JSON as well as binary", async () => {

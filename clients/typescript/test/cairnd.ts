@@ -14,6 +14,9 @@ const run = promisify(execFile);
 /** The repository root: this file runs from clients/typescript/dist/{test,bench}. */
 export const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), "../../../..");
 
+/** The request-size limit the tests start cairnd with: small, so that a test can pass it cheaply. */
+export const maxRequestBytes = 8 << 20;
+
 export interface Cairnd {
   baseUrl: string;
   /** The token of tenant A, and of tenant B, whose data A must never see. */
@@ -53,7 +56,7 @@ export async function startCairnd(extraArgs: string[] = []): Promise<Cairnd> {
   const tokens = join(dir, "tokens");
   await writeFile(tokens, `tenant-a ts-a/ ${token}\ntenant-b ts-b/ ${otherToken}\n`, { mode: 0o600 });
   const port = await freePort();
-  const args = ["--dev", "--dev-data", join(dir, "data"), "--test-clock", "--serve-collector", "--listen", `127.0.0.1:${port}`, "--tokens-file", tokens, ...extraArgs];
+  const args = ["--dev", "--dev-data", join(dir, "data"), "--test-clock", "--serve-collector", "--listen", `127.0.0.1:${port}`, "--tokens-file", tokens, "--max-request-bytes", String(maxRequestBytes), ...extraArgs];
   const child: ChildProcess = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"] });
   let out = "";
   child.stdout?.on("data", (b: Buffer) => (out += b.toString()));
