@@ -42,16 +42,14 @@ import type {
   SandboxTranscriptStore,
 } from "./types.js";
 import {
-  assertCreatedAt,
-  assertKeep,
   assertPlausible,
   assertValidIdentifier,
-  assertWriterThread,
+  checkAppendInput,
+  checkDeleteCheckpointsInput,
+  checkDeleteHeadInput,
+  checkForkInput,
   isBlobKey,
   readWriter,
-  validateArtifacts,
-  validateEntries,
-  validateText,
   type WriterFields,
 } from "./validate.js";
 
@@ -277,37 +275,18 @@ function checkpointStoreOn(svc: Svc): CairnCheckpointStore {
       return isFieldSet(res, GetHeadResponseSchema.field.headId) ? res.headId : null;
     },
     async append(input) {
-      const { checkpoint, expectedHeadId } = input as { checkpoint: SandboxCheckpoint | null; expectedHeadId: unknown };
-      const c = (checkpoint ?? {}) as SandboxCheckpoint;
-      const threadId = c.threadId;
-      assertValidIdentifier(threadId, "checkpoint.threadId");
-      const w = readWriter(input.writer);
-      assertValidIdentifier(c.id, "checkpoint.id");
-      if (expectedHeadId !== null) assertValidIdentifier(expectedHeadId, "expectedHeadId");
-      const parent = c.parentCheckpointId ?? null;
-      if (parent !== null) assertValidIdentifier(parent, "checkpoint.parentCheckpointId");
-      assertWriterThread(w, threadId, "checkpoint");
-      assertCreatedAt(c.createdAt, "Checkpoint");
-      validateEntries(c.files);
-      validateArtifacts(c.artifacts);
-      validateText(c);
-      assertPlausible(w);
+      const { checkpoint: c, expectedHeadId, parent, writer } = checkAppendInput(input);
       const req = create(AppendRequestSchema, {
         checkpoint: checkpointIn(c, parent),
         ...(expectedHeadId !== null ? { expectedHeadId } : {}),
-        writer: writerPb(w),
+        writer: writerPb(writer),
       });
       const res = await call("append", true, () => svc.append(req));
       return { headId: res.headId };
     },
     async deleteHead(input) {
-      const { threadId, checkpointId } = input;
-      assertValidIdentifier(threadId, "threadId");
-      assertValidIdentifier(checkpointId, "checkpointId");
-      const w = readWriter(input.writer);
-      assertWriterThread(w, threadId, "deleteHead");
-      assertPlausible(w);
-      await call("deleteHead", true, () => svc.deleteHead({ threadId, checkpointId, writer: writerPb(w) }));
+      const { threadId, checkpointId, writer } = checkDeleteHeadInput(input);
+      await call("deleteHead", true, () => svc.deleteHead({ threadId, checkpointId, writer: writerPb(writer) }));
     },
     async acquireWriter(threadId) {
       assertValidIdentifier(threadId, "threadId");
@@ -324,29 +303,16 @@ function checkpointStoreOn(svc: Svc): CairnCheckpointStore {
       });
     },
     async deleteCheckpoints(input) {
-      const { threadId, keep } = input;
-      assertValidIdentifier(threadId, "threadId");
-      const w = readWriter(input.writer);
-      assertWriterThread(w, threadId, "deleteCheckpoints");
-      assertKeep(keep);
-      assertPlausible(w);
-      const res = await call("deleteCheckpoints", true, () => svc.deleteCheckpoints({ threadId, keep, writer: writerPb(w) }));
+      const { threadId, keep, writer } = checkDeleteCheckpointsInput(input);
+      const res = await call("deleteCheckpoints", true, () => svc.deleteCheckpoints({ threadId, keep, writer: writerPb(writer) }));
       return { deleted: [...res.removedIds] };
     },
     async forkFromCheckpoint(input) {
-      const { sourceThreadId, sourceCheckpointId, destinationThreadId, destinationCheckpointId, createdAt } = input;
-      assertValidIdentifier(sourceThreadId, "sourceThreadId");
-      assertValidIdentifier(sourceCheckpointId, "sourceCheckpointId");
-      assertValidIdentifier(destinationThreadId, "destinationThreadId");
-      assertValidIdentifier(destinationCheckpointId, "destinationCheckpointId");
-      const w = readWriter(input.writer);
-      assertCreatedAt(createdAt, "Fork checkpoint");
-      // Equal threads, the source checks and the writer checks run on the
-      // server, in the contract's order; a token that can match no lease is
-      // sent as it is and fails there as WRITER_LOST.
-      const res = await call("forkFromCheckpoint", true, () =>
-        svc.forkFromCheckpoint({ sourceThreadId, sourceCheckpointId, destinationThreadId, destinationCheckpointId, createdAt, writer: writerPb(w) }),
-      );
+      // The source checks and the writer checks run on the server, in the
+      // contract's order; a token that can match no lease is sent as it is
+      // and fails there as WRITER_LOST.
+      const { writer, ...fields } = checkForkInput(input);
+      const res = await call("forkFromCheckpoint", true, () => svc.forkFromCheckpoint({ ...fields, writer: writerPb(writer) }));
       if (!res.checkpoint) throw new CairnRequestError("internal", "forkFromCheckpoint: the answer has no checkpoint");
       return { checkpoint: checkpointOut(res.checkpoint) };
     },

@@ -8,7 +8,13 @@
 // here fails exactly where the contract says the store fails, so the order of
 // the codes a caller sees is the contract's.
 
-import { SandboxCheckpointInvalidEntryError, SandboxCheckpointInvalidIdError, SandboxCheckpointWriterLostError } from "./errors.js";
+import {
+  SandboxCheckpointError,
+  SandboxCheckpointInvalidEntryError,
+  SandboxCheckpointInvalidIdError,
+  SandboxCheckpointWriterLostError,
+} from "./errors.js";
+import type { SandboxCheckpoint } from "./types.js";
 
 /** Reports whether s is a string without an unpaired UTF-16 surrogate. */
 export function isWellFormed(s: string): boolean {
@@ -176,4 +182,96 @@ export function assertPlausible(writer: WriterFields): void {
 /** Throws WRITER_LOST when the writer belongs to another thread. */
 export function assertWriterThread(writer: WriterFields, threadId: string, what: string): void {
   if (writer.threadId !== threadId) throw new SandboxCheckpointWriterLostError(`writer thread does not match ${what} thread`);
+}
+
+/** An append's input after the checks that need no store state. */
+export interface AppendFields {
+  checkpoint: SandboxCheckpoint;
+  expectedHeadId: string | null;
+  /** parentCheckpointId with absent read as null (R1). */
+  parent: string | null;
+  writer: WriterFields;
+}
+
+/**
+ * Runs append's checks that need no store state, in the contract's order
+ * (§3.2 steps 1–10): the ids (INVALID_ID), the writer's thread
+ * (WRITER_LOST), createdAt, files, artifacts and text (INVALID_ENTRY), then a
+ * writer that can match no lease (WRITER_LOST, where lease currency is checked).
+ */
+export function checkAppendInput(input: unknown): AppendFields {
+  const { checkpoint, expectedHeadId, writer } = (input ?? {}) as { checkpoint?: unknown; expectedHeadId?: unknown; writer?: unknown };
+  const c = (checkpoint ?? {}) as SandboxCheckpoint;
+  assertValidIdentifier(c.threadId, "checkpoint.threadId");
+  const w = readWriter(writer);
+  assertValidIdentifier(c.id, "checkpoint.id");
+  if (expectedHeadId !== null) assertValidIdentifier(expectedHeadId, "expectedHeadId");
+  const parent = c.parentCheckpointId ?? null;
+  if (parent !== null) assertValidIdentifier(parent, "checkpoint.parentCheckpointId");
+  assertWriterThread(w, c.threadId, "checkpoint");
+  assertCreatedAt(c.createdAt, "Checkpoint");
+  validateEntries(c.files);
+  validateArtifacts(c.artifacts);
+  validateText(c);
+  assertPlausible(w);
+  return { checkpoint: c, expectedHeadId, parent, writer: w };
+}
+
+/** Runs deleteHead's checks that need no store state (§3.3 steps 1–4). */
+export function checkDeleteHeadInput(input: unknown): { threadId: string; checkpointId: string; writer: WriterFields } {
+  const { threadId, checkpointId, writer } = (input ?? {}) as Record<string, unknown>;
+  assertValidIdentifier(threadId, "threadId");
+  assertValidIdentifier(checkpointId, "checkpointId");
+  const w = readWriter(writer);
+  assertWriterThread(w, threadId, "deleteHead");
+  assertPlausible(w);
+  return { threadId, checkpointId, writer: w };
+}
+
+/** Runs deleteCheckpoints' checks that need no store state: ids, the writer's thread, keep. */
+export function checkDeleteCheckpointsInput(input: unknown): { threadId: string; keep: number; writer: WriterFields } {
+  const { threadId, keep, writer } = (input ?? {}) as Record<string, unknown>;
+  assertValidIdentifier(threadId, "threadId");
+  const w = readWriter(writer);
+  assertWriterThread(w, threadId, "deleteCheckpoints");
+  assertKeep(keep);
+  assertPlausible(w);
+  return { threadId, keep, writer: w };
+}
+
+/** A fork's input after the checks that need no store state. */
+export interface ForkFields {
+  sourceThreadId: string;
+  sourceCheckpointId: string;
+  destinationThreadId: string;
+  destinationCheckpointId: string;
+  createdAt: number;
+  writer: WriterFields;
+}
+
+/**
+ * Runs the fork's checks that need no store state (§4.1 steps 0–3): each
+ * field read once, the four ids and the writer's thread (INVALID_ID),
+ * createdAt (INVALID_ENTRY), equal threads (FORK_SOURCE_THREAD_MISMATCH).
+ * The writer's currency comes after the source checks, so a writer that can
+ * match no lease is left for the store to refuse.
+ */
+export function checkForkInput(input: unknown): ForkFields {
+  const i = (input ?? {}) as Record<string, unknown>;
+  const sourceThreadId = i["sourceThreadId"];
+  const sourceCheckpointId = i["sourceCheckpointId"];
+  const destinationThreadId = i["destinationThreadId"];
+  const destinationCheckpointId = i["destinationCheckpointId"];
+  const createdAt = i["createdAt"];
+  const writer = i["writer"];
+  assertValidIdentifier(sourceThreadId, "sourceThreadId");
+  assertValidIdentifier(sourceCheckpointId, "sourceCheckpointId");
+  assertValidIdentifier(destinationThreadId, "destinationThreadId");
+  assertValidIdentifier(destinationCheckpointId, "destinationCheckpointId");
+  const w = readWriter(writer);
+  assertCreatedAt(createdAt, "Fork checkpoint");
+  if (sourceThreadId === destinationThreadId) {
+    throw new SandboxCheckpointError("SANDBOX_SNAPSHOT_FORK_SOURCE_THREAD_MISMATCH", "source and destination thread are the same");
+  }
+  return { sourceThreadId, sourceCheckpointId, destinationThreadId, destinationCheckpointId, createdAt, writer: w };
 }

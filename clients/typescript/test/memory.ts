@@ -13,7 +13,7 @@ import {
   SandboxCheckpointWriterConflictError,
   SandboxCheckpointWriterLostError,
 } from "../src/errors.js";
-import { assertCreatedAt, assertKeep, assertValidIdentifier, assertWriterThread, readWriter, validateArtifacts, validateEntries, validateText, type WriterFields } from "../src/validate.js";
+import { assertValidIdentifier, assertWriterThread, checkAppendInput, checkDeleteCheckpointsInput, checkDeleteHeadInput, checkForkInput, validateEntries, type WriterFields } from "../src/validate.js";
 import type { StoreSet } from "./conformance.js";
 
 /** Rules a mutant breaks; each must make at least one conformance case fail. */
@@ -103,22 +103,15 @@ export function memoryStoreSet(options: SandboxCheckpointStoreOptions, fault: Fa
       assertValidIdentifier(threadId, "threadId");
       return heads.get(threadId) ?? null;
     },
-    async append({ checkpoint: input, expectedHeadId, writer }) {
-      const c = clone({ ...input, parentCheckpointId: input.parentCheckpointId ?? null });
-      if (typeof input.createdAt === "number") c.createdAt = input.createdAt; // JSON turns NaN into null
-      assertValidIdentifier(input.threadId, "threadId");
-      const w = readWriter(writer);
-      assertValidIdentifier(input.id, "id");
-      if (expectedHeadId !== null) assertValidIdentifier(expectedHeadId, "expectedHeadId");
-      if (input.parentCheckpointId != null) assertValidIdentifier(input.parentCheckpointId, "parentCheckpointId");
-      if (fault !== "writer-after-entries") assertWriterThread(w, input.threadId, "checkpoint");
-      assertCreatedAt(input.createdAt, "Checkpoint");
-      validateEntries(input.files);
-      validateArtifacts(input.artifacts);
-      validateText(input);
-      if (fault === "writer-after-entries") assertWriterThread(w, input.threadId, "checkpoint");
-      assertCurrent(w, input.threadId);
-      const parent = input.parentCheckpointId ?? null;
+    async append(input) {
+      if (fault === "writer-after-entries" && input.writer.threadId !== input.checkpoint.threadId) {
+        // Checks the entries before the writer's thread, against the contract's order.
+        validateEntries(input.checkpoint.files);
+      }
+      const { checkpoint: checked, expectedHeadId, parent, writer: w } = checkAppendInput(input);
+      const c = clone({ ...checked, parentCheckpointId: parent });
+      c.createdAt = checked.createdAt;
+      assertCurrent(w, c.threadId);
       if (fault === "parent-before-duplicate" && parent !== expectedHeadId) throw new SandboxCheckpointParentMismatchError();
       if (checkpoints.has(c.id)) throw new SandboxCheckpointDuplicateIdError();
       if (fault !== "no-stale-head-check" && (heads.get(c.threadId) ?? null) !== expectedHeadId) throw new SandboxCheckpointConflictError();
@@ -128,11 +121,8 @@ export function memoryStoreSet(options: SandboxCheckpointStoreOptions, fault: Fa
       addRefs(c, 1);
       return { headId: c.id };
     },
-    async deleteHead({ threadId, checkpointId, writer }) {
-      assertValidIdentifier(threadId, "threadId");
-      assertValidIdentifier(checkpointId, "checkpointId");
-      const w = readWriter(writer);
-      assertWriterThread(w, threadId, "deleteHead");
+    async deleteHead(input) {
+      const { threadId, checkpointId, writer: w } = checkDeleteHeadInput(input);
       assertCurrent(w, threadId);
       const c = checkpoints.get(checkpointId);
       if (heads.get(threadId) !== checkpointId || !c) throw new SandboxCheckpointNotHeadError();
@@ -174,11 +164,8 @@ export function memoryStoreSet(options: SandboxCheckpointStoreOptions, fault: Fa
     async listBlobReferences() {
       return [...refs.entries()].sort(([a], [b]) => utf8Compare(a, b)).map(([key, references]) => ({ key, references }));
     },
-    async deleteCheckpoints({ threadId, keep, writer }) {
-      assertValidIdentifier(threadId, "threadId");
-      const w = readWriter(writer);
-      assertWriterThread(w, threadId, "deleteCheckpoints");
-      assertKeep(keep);
+    async deleteCheckpoints(input) {
+      const { threadId, keep, writer: w } = checkDeleteCheckpointsInput(input);
       assertCurrent(w, threadId);
       const chain: SandboxCheckpoint[] = [];
       for (let id = heads.get(threadId); id; ) {
@@ -196,14 +183,7 @@ export function memoryStoreSet(options: SandboxCheckpointStoreOptions, fault: Fa
       return { deleted };
     },
     async forkFromCheckpoint(input) {
-      const { sourceThreadId, sourceCheckpointId, destinationThreadId, destinationCheckpointId, createdAt } = input;
-      assertValidIdentifier(sourceThreadId, "sourceThreadId");
-      assertValidIdentifier(sourceCheckpointId, "sourceCheckpointId");
-      assertValidIdentifier(destinationThreadId, "destinationThreadId");
-      assertValidIdentifier(destinationCheckpointId, "destinationCheckpointId");
-      const w = readWriter(input.writer);
-      assertCreatedAt(createdAt, "Fork checkpoint");
-      if (sourceThreadId === destinationThreadId) throw new SandboxCheckpointError("SANDBOX_SNAPSHOT_FORK_SOURCE_THREAD_MISMATCH", "same thread");
+      const { sourceThreadId, sourceCheckpointId, destinationThreadId, destinationCheckpointId, createdAt, writer: w } = checkForkInput(input);
       const src = checkpoints.get(sourceCheckpointId);
       if (!src) throw new SandboxCheckpointError("SANDBOX_SNAPSHOT_FORK_SOURCE_NOT_FOUND", "no source");
       if (src.threadId !== sourceThreadId) throw new SandboxCheckpointError("SANDBOX_SNAPSHOT_FORK_SOURCE_THREAD_MISMATCH", "source thread");
