@@ -28,8 +28,8 @@ import {
   SandboxCheckpointInvalidEntryError,
 } from "./errors.js";
 import type {
+  AnyMessage,
   ForkCapableSandboxCheckpointStore,
-  ModelMessageLike,
   SandboxBlobReference,
   SandboxCheckpoint,
   SandboxCheckpointDeleteInput,
@@ -72,7 +72,7 @@ export interface CairnClientOptions {
 }
 
 /** The checkpoint store over cairnd: upstream's methods plus the optional capabilities. */
-export interface CairnCheckpointStore extends ForkCapableSandboxCheckpointStore, BlobClaimer {
+export interface CairnCheckpointStore<M = AnyMessage> extends ForkCapableSandboxCheckpointStore<M>, BlobClaimer {
   deleteCheckpoints(input: SandboxCheckpointDeleteInput): Promise<{ deleted: string[] }>;
   /**
    * One page of thread ids (threads with at least one checkpoint) after
@@ -170,7 +170,7 @@ export function checkpointOut(c: PbCheckpoint): SandboxCheckpoint {
     createdAt: c.createdAt,
     reason: c.reason as SandboxCheckpoint["reason"],
     files: c.files.map(entryOut),
-    conversation: isFieldSet(c, CheckpointSchema.field.conversation) ? (JSON.parse(dec.decode(c.conversation)) as ModelMessageLike[]) : (null as unknown as []),
+    conversation: isFieldSet(c, CheckpointSchema.field.conversation) ? (JSON.parse(dec.decode(c.conversation)) as AnyMessage[]) : (null as unknown as []),
     artifacts: c.artifacts.map(artifactOut),
   };
   if (isFieldSet(c, CheckpointSchema.field.label)) out.label = c.label;
@@ -250,7 +250,7 @@ class Lease implements SandboxCheckpointWriterLease {
  * the contract (authentication, size limit, service unavailable), which
  * changed nothing.
  */
-export function createCheckpointStore(options: CairnClientOptions): CairnCheckpointStore {
+export function createCheckpointStore<M = AnyMessage>(options: CairnClientOptions): CairnCheckpointStore<M> {
   return checkpointStoreOn(createClient(CheckpointService, transportOf(options)));
 }
 
@@ -338,7 +338,7 @@ function checkpointStoreOn(svc: Svc): CairnCheckpointStore {
  * The thread transcript store (loadThread/saveThread) in the same
  * transactional domain as the checkpoints, which forkFromCheckpoint writes.
  */
-export function createTranscriptStore(options: CairnClientOptions): SandboxTranscriptStore {
+export function createTranscriptStore<M = AnyMessage>(options: CairnClientOptions): SandboxTranscriptStore<M> {
   return transcriptStoreOn(createClient(CheckpointService, transportOf(options)));
 }
 
@@ -348,7 +348,7 @@ function transcriptStoreOn(svc: Svc): SandboxTranscriptStore {
       assertValidIdentifier(threadId, "threadId");
       const res = await call("loadThread", false, () => svc.loadThread({ threadId }));
       const v = JSON.parse(dec.decode(res.messages)) as unknown;
-      return (v ?? []) as ModelMessageLike[];
+      return (v ?? []) as AnyMessage[];
     },
     async saveThread(threadId, messages) {
       assertValidIdentifier(threadId, "threadId");
@@ -398,21 +398,21 @@ function instanceStoreOn(svc: Client<typeof InstanceService>): SandboxInstanceSt
 }
 
 /** The three stores of one tenant over one transport. */
-export interface CairnStores {
-  checkpoints: CairnCheckpointStore;
-  transcripts: SandboxTranscriptStore;
+export interface CairnStores<M = AnyMessage> {
+  checkpoints: CairnCheckpointStore<M>;
+  transcripts: SandboxTranscriptStore<M>;
   instances: SandboxInstanceStore;
 }
 
 /** All three stores over one transport. */
-export function createCairnStores(options: CairnClientOptions): CairnStores {
+export function createCairnStores<M = AnyMessage>(options: CairnClientOptions): CairnStores<M> {
   const t = transportOf(options);
   const svc = createClient(CheckpointService, t);
   return { checkpoints: checkpointStoreOn(svc), transcripts: transcriptStoreOn(svc), instances: instanceStoreOn(createClient(InstanceService, t)) };
 }
 
 /** A test session: an empty store whose clock and lease timings the client sets. */
-export interface TestSession extends CairnStores {
+export interface TestSession<M = AnyMessage> extends CairnStores<M> {
   id: string;
   /** Ends the session's leases and deletes its data. */
   close(): Promise<void>;
@@ -426,7 +426,7 @@ export interface TestSession extends CairnStores {
  * ("failed_precondition"). Lease options are checked as upstream's
  * constructor checks them, with plain Errors.
  */
-export async function openTestSession(options: CairnClientOptions & SandboxCheckpointStoreOptions): Promise<TestSession> {
+export async function openTestSession<M = AnyMessage>(options: CairnClientOptions & SandboxCheckpointStoreOptions): Promise<TestSession<M>> {
   const leaseDurationMs = options.leaseDurationMs ?? 120_000;
   const renewAfterMs = options.renewAfterMs ?? 45_000;
   if (!Number.isFinite(leaseDurationMs) || leaseDurationMs <= 0) throw new Error("leaseDurationMs must be finite and positive");
@@ -439,7 +439,7 @@ export async function openTestSession(options: CairnClientOptions & SandboxCheck
   const clockSvc = createClient(TestClockService, transportOf(plain));
   const res = await call("openTestSession", true, () => clockSvc.openTestSession({ now: now(), leaseDurationMs, renewAfterMs }));
   const id = res.sessionId;
-  const stores = createCairnStores({ ...plain, testSession: { id, now } });
+  const stores = createCairnStores<M>({ ...plain, testSession: { id, now } });
   return {
     id,
     ...stores,

@@ -46,7 +46,17 @@ export interface ModelMessageLike {
   [key: string]: unknown;
 }
 
-export interface SandboxCheckpoint {
+/**
+ * The message type of the store types when none is given. It is `any` so
+ * that a store stands, with no type argument, where TanStack AI expects its
+ * own `ModelMessage` (in both directions: checkpoints passed in and read
+ * back). Give your message type for stricter checks:
+ * `createCheckpointStore<ModelMessage>(...)`.
+ */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export type AnyMessage = any;
+
+export interface SandboxCheckpoint<M = AnyMessage> {
   /** Unique across all threads. */
   id: string;
   threadId: string;
@@ -58,7 +68,7 @@ export interface SandboxCheckpoint {
   label?: string;
   sourceRunId?: string;
   files: ReadonlyArray<SandboxSnapshotEntry>;
-  conversation: ReadonlyArray<ModelMessageLike>;
+  conversation: ReadonlyArray<M>;
   artifacts: ReadonlyArray<SandboxSnapshotArtifact>;
 }
 
@@ -81,8 +91,8 @@ export interface SandboxCheckpointWriterLease extends SandboxCheckpointWriter {
   release(): Promise<void>;
 }
 
-export interface SandboxCheckpointAppendInput {
-  checkpoint: SandboxCheckpoint;
+export interface SandboxCheckpointAppendInput<M = AnyMessage> {
+  checkpoint: SandboxCheckpoint<M>;
   /** The head the caller saw; null for an empty thread. */
   expectedHeadId: string | null;
   writer: SandboxCheckpointWriter;
@@ -117,29 +127,29 @@ export interface SandboxBlobReference {
 }
 
 /** TanStack AI's `SandboxCheckpointStore`. */
-export interface SandboxCheckpointStore {
-  get(id: string): Promise<SandboxCheckpoint | null>;
-  list(threadId: string): Promise<SandboxCheckpoint[]>;
+export interface SandboxCheckpointStore<M = AnyMessage> {
+  get(id: string): Promise<SandboxCheckpoint<M> | null>;
+  list(threadId: string): Promise<SandboxCheckpoint<M>[]>;
   getHead(threadId: string): Promise<string | null>;
-  append(input: SandboxCheckpointAppendInput): Promise<{ headId: string }>;
+  append(input: SandboxCheckpointAppendInput<M>): Promise<{ headId: string }>;
   deleteHead(input: SandboxCheckpointDeleteHeadInput): Promise<void>;
   acquireWriter(threadId: string): Promise<SandboxCheckpointWriterLease>;
   listBlobReferences(): Promise<SandboxBlobReference[]>;
   deleteCheckpoints?(input: SandboxCheckpointDeleteInput): Promise<{ deleted: string[] }>;
-  forkFromCheckpoint?(input: SandboxCheckpointForkInput): Promise<{ checkpoint: SandboxCheckpoint }>;
+  forkFromCheckpoint?(input: SandboxCheckpointForkInput): Promise<{ checkpoint: SandboxCheckpoint<M> }>;
 }
 
 /** A store with the optional fork capability. */
-export interface ForkCapableSandboxCheckpointStore extends SandboxCheckpointStore {
-  forkFromCheckpoint(input: SandboxCheckpointForkInput): Promise<{ checkpoint: SandboxCheckpoint }>;
+export interface ForkCapableSandboxCheckpointStore<M = AnyMessage> extends SandboxCheckpointStore<M> {
+  forkFromCheckpoint(input: SandboxCheckpointForkInput): Promise<{ checkpoint: SandboxCheckpoint<M> }>;
 }
 
 /** The thread transcript store that fork writes in the same transaction as the fork root. */
-export interface SandboxTranscriptStore {
+export interface SandboxTranscriptStore<M = AnyMessage> {
   /** The thread's messages; [] for an unknown thread. */
-  loadThread(threadId: string): Promise<ModelMessageLike[]>;
+  loadThread(threadId: string): Promise<M[]>;
   /** Replaces the thread's whole transcript. */
-  saveThread(threadId: string, messages: ReadonlyArray<ModelMessageLike>): Promise<void>;
+  saveThread(threadId: string, messages: ReadonlyArray<M>): Promise<void>;
 }
 
 export interface SandboxInstanceRecord {
