@@ -144,8 +144,15 @@ async function call<T>(operation: string, write: boolean, f: () => Promise<T>): 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
 
-function jsonBytes(v: unknown): Uint8Array | undefined {
-  const text = JSON.stringify(v);
+// jsonBytes is the JSON text of v, undefined for undefined; a value JSON
+// cannot hold (a cycle, a BigInt) is INVALID_ENTRY.
+function jsonBytes(v: unknown, what: string): Uint8Array | undefined {
+  let text: string | undefined;
+  try {
+    text = JSON.stringify(v);
+  } catch (e) {
+    throw new SandboxCheckpointInvalidEntryError(`${what} is not JSON: ${String(e)}`, { cause: e });
+  }
   return text === undefined ? undefined : enc.encode(text);
 }
 
@@ -179,8 +186,8 @@ export function checkpointOut(c: PbCheckpoint): SandboxCheckpoint {
 }
 
 /** The wire form of a checkpoint that passed the client's checks. */
-function checkpointIn(c: SandboxCheckpoint, parent: string | null): MessageInitShape<typeof CheckpointSchema> {
-  const conversation = jsonBytes(c.conversation);
+export function checkpointIn(c: SandboxCheckpoint, parent: string | null): MessageInitShape<typeof CheckpointSchema> {
+  const conversation = jsonBytes(c.conversation, "Checkpoint conversation");
   return {
     id: c.id,
     threadId: c.threadId,
@@ -352,7 +359,7 @@ function transcriptStoreOn(svc: Svc): SandboxTranscriptStore {
     },
     async saveThread(threadId, messages) {
       assertValidIdentifier(threadId, "threadId");
-      const bytes = jsonBytes(messages);
+      const bytes = jsonBytes(messages, "Thread messages");
       if (!bytes) throw new SandboxCheckpointInvalidEntryError("messages must be JSON");
       await call("saveThread", true, () => svc.saveThread({ threadId, messages: bytes }));
     },
