@@ -116,10 +116,12 @@ bench: $(BIN)/versitygw
 	$(BIN)/cairn-bench -v -versitygw $(BIN)/versitygw $(if $(QUICK),-quick) $(BENCHFLAGS)
 	$(MAKE) ts-bench
 
-## ts-bench: B10's TypeScript row: the TypeScript client's append p50
-## (200 entries) through cairnd.
-ts-bench:
-	cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run bench
+## ts-bench: B10 with its TypeScript row: the Go client's and the TypeScript
+## client's append p50 (200 entries) through cairnd, side by side.
+ts-bench: $(BIN)/versitygw
+	cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run build
+	$(GO) build -o $(BIN)/cairn-bench ./cmd/cairn-bench
+	$(BIN)/cairn-bench -v -versitygw $(BIN)/versitygw -only B10 $(if $(QUICK),-quick) -b10-cmd "node clients/typescript/dist/bench/append.js"
 
 clean:
 	rm -rf $(BIN)
