@@ -156,8 +156,8 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Config, er
 	return c, nil
 }
 
-// tenants reads the tenant list of the configuration.
-func (c Config) tenants() ([]server.Tenant, error) {
+// Tenants reads the tenant list of the configuration.
+func (c Config) Tenants() ([]server.Tenant, error) {
 	switch {
 	case c.TokensFile != "":
 		f, err := os.Open(c.TokensFile)
@@ -233,7 +233,7 @@ func run(cfg Config, log *slog.Logger, e Env) error {
 	defer cancel()
 	var tenants []server.Tenant
 	if cfg.TokensFile != "" || cfg.Tokens != "" {
-		ts, err := cfg.tenants()
+		ts, err := cfg.Tenants()
 		if err != nil {
 			return err
 		}
@@ -325,6 +325,7 @@ func serve(cfg Config, log *slog.Logger, e Env, srv *server.Server) error {
 		return fmt.Errorf("--listen %s: %w", cfg.Listen, err)
 	}
 	scheme := "http"
+	serveOn := hs.Serve
 	if cfg.TLSCert != "" {
 		tc, err := tlsConfig(cfg)
 		if err != nil {
@@ -332,14 +333,14 @@ func serve(cfg Config, log *slog.Logger, e Env, srv *server.Server) error {
 			return err
 		}
 		hs.TLSConfig = tc
-		l = tls.NewListener(l, tc)
 		scheme = "https"
+		serveOn = func(l net.Listener) error { return hs.ServeTLS(l, "", "") }
 	} else {
 		// Plain HTTP/2 (h2c) too, for gRPC clients without TLS.
 		hs.Handler = h2c.NewHandler(hs.Handler, &http2.Server{})
 	}
 	done := make(chan error, 1)
-	go func() { done <- hs.Serve(l) }()
+	go func() { done <- serveOn(l) }()
 	log.Info("serving the Connect API, /healthz, /readyz and /metrics", "address", scheme+"://"+l.Addr().String(),
 		"tenants", len(srv.Tenants()), "client_certificates", cfg.TLSClientCA != "")
 	if e.Listening != nil {

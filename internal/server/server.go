@@ -35,6 +35,9 @@ const (
 	DefaultMaxRequestBytes = 4*etcdstore.MaxCheckpointBytes + 1<<20
 )
 
+// compressMinBytes is the smallest response the server compresses.
+const compressMinBytes = 64 << 10
+
 // Config configures a Server.
 type Config struct {
 	// Client reaches etcd; the caller owns it.
@@ -132,6 +135,10 @@ func (srv *Server) Handler() http.Handler {
 	opts := []connect.HandlerOption{
 		connect.WithInterceptors(srv.metrics, &authInterceptor{srv: srv}),
 		connect.WithReadMaxBytes(srv.maxBytes),
+		// Compressing a small response costs more time than it saves on
+		// a local network; large ones (a big checkpoint, a page of
+		// references) are still compressed for clients that accept gzip.
+		connect.WithCompressMinBytes(compressMinBytes),
 	}
 	mux := http.NewServeMux()
 	mux.Handle(cairnv1connect.NewCheckpointServiceHandler(&checkpoints{srv}, opts...))

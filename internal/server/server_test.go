@@ -12,6 +12,8 @@ import (
 	"connectrpc.com/connect"
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/etcdstore"
@@ -229,18 +231,70 @@ func TestRequestSizeLimit(t *testing.T) {
 	}
 }
 
-// TestLargestCheckpointAdmitted: with the default limit, an Append of a
-// checkpoint of just under etcdstore.MaxCheckpointBytes passes the wire and
-// lands.
+// TestLargestCheckpointAdmitted: the default request limit admits an Append
+// of the largest checkpoint etcdstore accepts, in the binary and the JSON
+// form, for the two shapes that grow most on the wire: one large
+// conversation (base64 in JSON), and many directory entries with one-byte
+// paths. etcdstore's codec stores such an entry in 8 bytes (a length-prefixed
+// path, kind and empty blob key, and a varint size), so MaxCheckpointBytes
+// holds MaxCheckpointBytes/8 of them; the wire's bytes per entry are
+// measured. The sizes are computed, not sent: sending 48 MiB takes minutes
+// under the race detector (TestLargeCheckpointThroughTheWire sends 8 MiB).
 func TestLargestCheckpointAdmitted(t *testing.T) {
+	const etcdBytesPerDir = 8
+	conv := `"` + strings.Repeat("y", etcdstore.MaxCheckpointBytes-1024) + `"`
+	dirs := func(n int) *cairnv1.AppendRequest {
+		c := cairn.Checkpoint{ID: "big", ThreadID: "t", CreatedAt: 1, Reason: "automatic", Files: make([]cairn.Entry, n)}
+		for i := range c.Files {
+			c.Files[i] = cairn.Entry{Path: "d", Kind: cairn.KindDir}
+		}
+		return &cairnv1.AppendRequest{Checkpoint: wire.ToCheckpoint(&c), Writer: &cairnv1.Writer{ThreadId: "t", OwnerToken: "o", Fence: 1}}
+	}
+	big := &cairnv1.AppendRequest{
+		Checkpoint: &cairnv1.Checkpoint{Id: "big", ThreadId: "t", CreatedAt: 1, Reason: "automatic", Conversation: []byte(conv)},
+		Writer:     &cairnv1.Writer{ThreadId: "t", OwnerToken: "o", Fence: 1},
+	}
+	for _, c := range []struct {
+		name string
+		size func(m proto.Message) int
+	}{
+		{"Binary", func(m proto.Message) int { return proto.Size(m) }},
+		{"JSON", func(m proto.Message) int {
+			b, err := protojson.Marshal(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(b)
+		}},
+	} {
+		t.Run(c.name+"/Conversation", func(t *testing.T) {
+			if n := c.size(big); n > server.DefaultMaxRequestBytes {
+				t.Fatalf("%d bytes, over the limit of %d", n, server.DefaultMaxRequestBytes)
+			}
+		})
+		t.Run(c.name+"/Directories", func(t *testing.T) {
+			const k = 1000
+			perEntry := float64(c.size(dirs(2*k))-c.size(dirs(k))) / k
+			fixed := float64(c.size(dirs(k))) - k*perEntry
+			n := fixed + perEntry*etcdstore.MaxCheckpointBytes/etcdBytesPerDir
+			if n > server.DefaultMaxRequestBytes {
+				t.Fatalf("%.0f bytes (%.1f per entry), over the limit of %d", n, perEntry, server.DefaultMaxRequestBytes)
+			}
+		})
+	}
+}
+
+// TestLargeCheckpointThroughTheWire: an 8 MiB checkpoint, which etcdstore
+// stages in chunks, goes through the wire and back byte for byte.
+func TestLargeCheckpointThroughTheWire(t *testing.T) {
 	env := servertest.Start(t, nil)
 	ctx := testCtx(t)
 	s := remote.New(env.URL, remote.Options{Token: servertest.TokenA})
-	conv := `"` + strings.Repeat("y", etcdstore.MaxCheckpointBytes-1024) + `"`
+	conv := `"` + strings.Repeat("y", 8<<20) + `"`
 	appendOne(t, ctx, s, "big", "big-1", conv)
 	c, err := s.Get(ctx, "big-1")
-	if err != nil || c == nil || len(c.Conversation) != len(conv) {
-		t.Fatalf("Get of the large checkpoint: %v, %v", c, err)
+	if err != nil || c == nil || string(c.Conversation) != conv {
+		t.Fatalf("Get of the large checkpoint: %v, %v", c != nil, err)
 	}
 }
 
