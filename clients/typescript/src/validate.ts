@@ -16,19 +16,12 @@ import {
 } from "./errors.js";
 import type { SandboxCheckpoint } from "./types.js";
 
+const loneSurrogate = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
 /** Reports whether s is a string without an unpaired UTF-16 surrogate. */
 export function isWellFormed(s: string): boolean {
-  for (let i = 0; i < s.length; i++) {
-    const c = s.charCodeAt(i);
-    if (c >= 0xd800 && c <= 0xdbff) {
-      const d = i + 1 < s.length ? s.charCodeAt(i + 1) : 0;
-      if (d < 0xdc00 || d > 0xdfff) return false;
-      i++;
-    } else if (c >= 0xdc00 && c <= 0xdfff) {
-      return false;
-    }
-  }
-  return true;
+  const native = (s as { isWellFormed?: () => boolean }).isWellFormed;
+  return native ? native.call(s) : !loneSurrogate.test(s);
 }
 
 /** Throws SandboxCheckpointInvalidIdError unless value is a non-empty well-formed string. */
@@ -63,7 +56,15 @@ function isNormalizedPath(p: unknown): p is string {
   if (typeof p !== "string" || p.length === 0 || !isWellFormed(p)) return false;
   if (p.includes("\0") || p.startsWith("/") || p.includes("\\")) return false;
   if (/^[A-Za-z]:(\/|$)/.test(p)) return false;
-  return p.split("/").every((seg) => seg !== "" && seg !== "." && seg !== "..");
+  // No segment is "", "." or "..": one pass over the segment boundaries.
+  for (let start = 0; start <= p.length; ) {
+    let end = p.indexOf("/", start);
+    if (end < 0) end = p.length;
+    const n = end - start;
+    if (n === 0 || (n <= 2 && p.charCodeAt(start) === 0x2e && (n === 1 || p.charCodeAt(start + 1) === 0x2e))) return false;
+    start = end + 1;
+  }
+  return true;
 }
 
 function hasOwn(o: object, k: string): boolean {
@@ -84,6 +85,9 @@ export function assertCreatedAt(createdAt: unknown, what: string): asserts creat
 export function validateEntries(files: unknown): void {
   if (!Array.isArray(files)) throw new SandboxCheckpointInvalidEntryError("Checkpoint files must be an array");
   const kinds = new Map<string, string>();
+  // Every proper ancestor (cut at a "/") of the paths seen so far, so that
+  // "a file above an earlier entry" is one lookup rather than a scan.
+  const ancestors = new Set<string>();
   for (const entry of files as unknown[]) {
     if (entry === null || typeof entry !== "object") throw new SandboxCheckpointInvalidEntryError("Checkpoint entry must be an object");
     const e = entry as Record<string, unknown>;
@@ -93,16 +97,15 @@ export function validateEntries(files: unknown): void {
     for (let i = path.indexOf("/"); i >= 0; i = path.indexOf("/", i + 1)) {
       if (kinds.get(path.slice(0, i)) === "file") throw new SandboxCheckpointInvalidEntryError(`Checkpoint entry ${JSON.stringify(path)} is beneath a file`);
     }
-    if (e["kind"] === "file") {
-      const prefix = path + "/";
-      for (const seen of kinds.keys()) {
-        if (seen.startsWith(prefix)) throw new SandboxCheckpointInvalidEntryError(`Checkpoint file ${JSON.stringify(path)} has entries beneath it`);
-      }
+    if (e["kind"] === "file" && ancestors.has(path)) {
+      throw new SandboxCheckpointInvalidEntryError(`Checkpoint file ${JSON.stringify(path)} has entries beneath it`);
     }
+    for (let i = path.indexOf("/"); i >= 0; i = path.indexOf("/", i + 1)) ancestors.add(path.slice(0, i));
     kinds.set(path, "pending");
     if (e["kind"] === "file") {
       const key = e["blobKey"];
-      if (typeof key !== "string" || !isWellFormed(key) || !fileKey.test(key)) throw new SandboxCheckpointInvalidEntryError("Checkpoint file blobKey is invalid");
+      // The pattern admits only ASCII, so a key that matches is well-formed.
+      if (typeof key !== "string" || !fileKey.test(key)) throw new SandboxCheckpointInvalidEntryError("Checkpoint file blobKey is invalid");
       if (!hasOwn(e, "size") || !isSize(e["size"])) throw new SandboxCheckpointInvalidEntryError("Checkpoint file size must be a safe integer >= 0");
     } else if (e["kind"] === "dir") {
       if (hasOwn(e, "blobKey") || hasOwn(e, "size")) throw new SandboxCheckpointInvalidEntryError("Directory entries cannot contain file fields");
@@ -130,7 +133,6 @@ export function validateArtifacts(artifacts: unknown): void {
       r["mimeType"].length > 0 &&
       isWellFormed(r["mimeType"]) &&
       typeof r["blobKey"] === "string" &&
-      isWellFormed(r["blobKey"]) &&
       artifactKey.test(r["blobKey"]) &&
       isSize(r["size"]) &&
       isFiniteNumber(r["createdAt"]);
