@@ -721,6 +721,71 @@ export const orderCases: Case[] = [
 ];
 
 // ---------------------------------------------------------------------------
+// Reads (§3.4) and races: each write is one linearizable step.
+
+export const readAndRaceCases: Case[] = [
+  {
+    id: "RD-01",
+    title: "get, list, getHead and acquireWriter refuse invalid ids with INVALID_ID",
+    async run(f) {
+      const { checkpoints: s } = await fresh(f);
+      for (const bad of ["", "\uD800", 7, {}, null, undefined]) {
+        const id = bad as unknown as string;
+        await rejectsWith(s.get(id), C.invalidId, `get ${String(bad)}`);
+        await rejectsWith(s.list(id), C.invalidId, `list ${String(bad)}`);
+        await rejectsWith(s.getHead(id), C.invalidId, `getHead ${String(bad)}`);
+        await rejectsWith(s.acquireWriter(id), C.invalidId, `acquireWriter ${String(bad)}`);
+      }
+    },
+  },
+  {
+    id: "RC-01",
+    title: "racing appends at the same head: exactly one wins, the others fail with STALE_HEAD and leave no trace",
+    async run(f) {
+      const { checkpoints: s, w } = await fresh(f);
+      const lease = await w.of("thread-a");
+      const ids = ["1", "2", "3", "4", "5"];
+      const results = await Promise.allSettled(ids.map((id) => s.append({ checkpoint: checkpoint(id), expectedHeadId: null, writer: lease })));
+      const won = ids.filter((_, i) => results[i]!.status === "fulfilled");
+      assert.equal(won.length, 1, "not exactly one append won");
+      for (const r of results) if (r.status === "rejected") await rejectsWith(Promise.reject(r.reason), C.staleHead, "a losing append");
+      assert.equal(await s.getHead("thread-a"), won[0]);
+      assert.deepEqual((await s.list("thread-a")).map((c) => c.id), won);
+      assert.deepEqual(await s.listBlobReferences(), [{ key: fileKey(won[0]!), references: 1 }]);
+    },
+  },
+  {
+    id: "RC-02",
+    title: "racing acquires of one thread: exactly one lease, the others WRITER_CONFLICT",
+    async run(f) {
+      const { checkpoints: s } = await fresh(f);
+      const results = await Promise.allSettled([1, 2, 3, 4].map(() => s.acquireWriter("t")));
+      assert.equal(results.filter((r) => r.status === "fulfilled").length, 1);
+      for (const r of results) if (r.status === "rejected") await rejectsWith(Promise.reject(r.reason), C.conflict, "a losing acquire");
+    },
+  },
+  {
+    id: "RC-03",
+    title: "racing forks into one destination with one lease: exactly one fork, one checkpoint, one head (MB-16)",
+    async run(f) {
+      const { checkpoints: s, transcripts: t, w } = await fresh(f);
+      await w.append({ ...checkpoint("src"), threadId: "source" });
+      const dest = await w.of("destination");
+      const ids = ["f1", "f2", "f3"];
+      const results = await Promise.allSettled(
+        ids.map((id) => s.forkFromCheckpoint({ sourceThreadId: "source", sourceCheckpointId: "src", destinationThreadId: "destination", destinationCheckpointId: id, createdAt: 1, writer: dest })),
+      );
+      const won = ids.filter((_, i) => results[i]!.status === "fulfilled");
+      assert.equal(won.length, 1, "not exactly one fork won");
+      for (const r of results) if (r.status === "rejected") await rejectsWith(Promise.reject(r.reason), C.notEmpty, "a losing fork");
+      assert.deepEqual((await s.list("destination")).map((c) => c.id), won);
+      assert.equal(await s.getHead("destination"), won[0]);
+      assert.deepEqual(await t.loadThread("destination"), checkpoint("src").conversation);
+    },
+  },
+];
+
+// ---------------------------------------------------------------------------
 // deleteCheckpoints (A10, A11).
 
 export const pruneCases: Case[] = [
@@ -1061,7 +1126,7 @@ export const instanceCases: Case[] = [
   },
 ];
 
-export const allCases: Case[] = [...storeCases, ...entryCases, ...orderCases, ...pruneCases, ...forkCases, ...instanceCases];
+export const allCases: Case[] = [...storeCases, ...entryCases, ...orderCases, ...readAndRaceCases, ...pruneCases, ...forkCases, ...instanceCases];
 
 /**
  * Runs cases against a factory until one fails and returns its id and

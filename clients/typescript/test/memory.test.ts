@@ -29,6 +29,7 @@ const faults: Fault[] = [
   "instance-merges",
   "prune-by-created-at",
   "writer-after-entries",
+  "append-not-atomic",
 ];
 
 describe("every broken in-memory store fails the suite", () => {

@@ -32,7 +32,8 @@ export type Fault =
   | "fork-ignores-transcript"
   | "instance-merges"
   | "prune-by-created-at"
-  | "writer-after-entries";
+  | "writer-after-entries"
+  | "append-not-atomic";
 
 const enc = new TextEncoder();
 function utf8Compare(a: string, b: string): number {
@@ -116,6 +117,7 @@ export function memoryStoreSet(options: SandboxCheckpointStoreOptions, fault: Fa
       if (checkpoints.has(c.id)) throw new SandboxCheckpointDuplicateIdError();
       if (fault !== "no-stale-head-check" && (heads.get(c.threadId) ?? null) !== expectedHeadId) throw new SandboxCheckpointConflictError();
       if (parent !== expectedHeadId) throw new SandboxCheckpointParentMismatchError();
+      if (fault === "append-not-atomic") await new Promise((ok) => setTimeout(ok, 1)); // a gap between the checks and the write
       checkpoints.set(c.id, c);
       heads.set(c.threadId, c.id);
       addRefs(c, 1);
