@@ -25,10 +25,13 @@ type VerifyOptions struct {
 	// returns its key to "not yet seen by a sweep".
 	Repair bool
 	// Objects also fetches the root and every object of each checkpoint of
-	// the capacity layout from Options.Objects, checks that they exist and
-	// decode (problem "missing-object"), and counts their blob keys in
-	// References and BlobKeys; without it, Verify reads etcd only and counts
-	// the blob keys of version-1 checkpoints.
+	// the capacity layout from Options.Objects, checks that they exist, match
+	// their digests and decode (problem "missing-object") and that the
+	// reference chunks hold exactly the body's distinct blob keys, each once
+	// (problem "reference-chunk-mismatch": the sweep counts those chunks),
+	// and counts their blob keys in References and BlobKeys; without it,
+	// Verify reads etcd only and counts the blob keys of version-1
+	// checkpoints.
 	Objects bool
 }
 
@@ -533,13 +536,16 @@ func (v *verifier) objectCheckpoint(t string, kv *mvccpb.KeyValue, m ckptMeta, i
 		v.problem("wrong-shard-mask", t, id, string(kv.Key), "record says %032b, a version-2 checkpoint has %032b", m.Shards, 1<<keys.RootShard)
 	}
 	for shard := range keys.RootShard + 1 {
-		want := []byte(nil)
-		if shard == keys.RootShard {
-			want = root[:]
-		}
-		if !bytes.Equal(want, have[shard]) {
+		switch {
+		case shard != keys.RootShard && len(have[shard]) > 0:
 			v.problem("reference-mismatch", t, id, string(l.RefSeq(shard, t, m.Seq)),
-				"shard %d holds %d bytes, the version-2 checkpoint has %d there", shard, len(have[shard]), len(want))
+				"shard %d holds %d references, a version-2 checkpoint has none there", shard, len(have[shard])/keys.DigestLen)
+		case shard == keys.RootShard && len(have[shard]) == 0:
+			v.problem("reference-mismatch", t, id, string(l.RefSeq(shard, t, m.Seq)),
+				"the checkpoint names root %x, but no shard-4 record does: the sweep does not count its objects or blob keys", root)
+		case shard == keys.RootShard && !bytes.Equal(have[shard], root[:]):
+			v.problem("reference-mismatch", t, id, string(l.RefSeq(shard, t, m.Seq)),
+				"the checkpoint names root %x, its shard-4 record names %x: the sweep counts another body's objects and blob keys", root, have[shard])
 		}
 	}
 	if !v.opts.Objects {
@@ -555,11 +561,64 @@ func (v *verifier) objectCheckpoint(t string, kv *mvccpb.KeyValue, m ckptMeta, i
 		v.keysSeen[k]++
 		v.r.References++
 	}
+	v.refChunks(t, id, string(kv.Key), root, c.BlobKeys())
+}
+
+// refChunks checks that the reference chunks of the root hold exactly the
+// distinct blob keys of the body, each once: they, not the leaves, are what
+// the sweep counts.
+func (v *verifier) refChunks(t, id, key string, root keys.Digest, want []string) {
 	r, err := v.s.root(v.ctx, root)
+	var got map[string][]byte
 	if err == nil {
-		_, err = v.s.fetchObjects(v.ctx, r.refDigests())
+		got, err = v.s.fetchObjects(v.ctx, r.refDigests())
 	}
 	if err != nil {
-		v.problem("missing-object", t, id, string(kv.Key), "%v", err)
+		v.problem("missing-object", t, id, key, "%v", err)
+		return
 	}
+	var have []string
+	for _, p := range r.refs {
+		ks, err := decodeRefChunk(got[objectKey(p.digest)])
+		if err != nil {
+			v.problem("missing-object", t, id, key, "%v", objError(p.digest, err))
+			return
+		}
+		have = append(have, ks...)
+	}
+	slices.Sort(have)
+	if slices.Equal(have, want) {
+		return
+	}
+	detail := fmt.Sprintf("the reference chunks of root %x hold %d keys, the body has %d distinct blob keys", root, len(have), len(want))
+	if k, ok := firstDifference(have, want); ok {
+		detail += fmt.Sprintf("; %s is counted %d times, referenced %d times", k, count(have, k), count(want, k))
+	}
+	v.problem("reference-chunk-mismatch", t, id, key, "%s: the sweep's counts of this checkpoint are wrong", detail)
+}
+
+// firstDifference returns the smallest key whose number of occurrences
+// differs between the sorted lists a and b.
+func firstDifference(a, b []string) (string, bool) {
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		switch {
+		case j == len(b) || i < len(a) && a[i] < b[j]:
+			return a[i], true
+		case i == len(a) || b[j] < a[i]:
+			return b[j], true
+		}
+		i, j = i+1, j+1
+	}
+	return "", false
+}
+
+func count(list []string, k string) int {
+	n := 0
+	for _, x := range list {
+		if x == k {
+			n++
+		}
+	}
+	return n
 }

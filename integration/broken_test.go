@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,25 +21,35 @@ import (
 // interceptor that strips the writer-guard comparisons (on the writer owner
 // and expiry keys) from every transaction that writes a thread record, so
 // "append drops the writer compare". The same scenario on the real store
-// passes both checks.
+// passes both checks. On the object layout a second broken store strips the
+// guard from claim transactions only, so that a stale writer's claims of its
+// body objects commit while its append is still refused: the history stays
+// linearizable, and only the fence check's claim rule can catch it.
 func TestChecksCatchABrokenStore(t *testing.T) {
 	cluster := startCluster(t)
 	bkt, _ := newS3(t)
 	blobs := blobPool(t, bkt)
 
+	type mode struct {
+		broken, claimsOnly, objects bool
+	}
 	// A writer's lease expires on the store clock, a second writer takes
 	// the thread over, and the first writer, which has not noticed, appends.
-	scenario := func(t *testing.T, broken bool) (checkResult, *writerGuardStripper) {
-		prefix := fmt.Sprintf("cairn-teeth-%v/", broken)
+	scenario := func(t *testing.T, m mode) (checkResult, *writerGuardStripper) {
+		prefix := fmt.Sprintf("cairn-teeth-%v-%v-%v/", m.broken, m.claimsOnly, m.objects)
 		var extra []grpc.UnaryClientInterceptor
 		var strip *writerGuardStripper
-		if broken {
+		if m.broken {
 			strip = newWriterGuardStripper(keys.NewLayout(prefix), "victim")
+			strip.claimsOnly = m.claimsOnly
 			extra = append(extra, strip.intercept)
 		}
 		c := newCampaign(t, cluster.Endpoints(), prefix, blobs, extra...)
 		c.artifacts = t.TempDir() // the violation is expected: keep nothing
 		defer c.closeStores()
+		if m.objects {
+			c.useObjects(bkt)
+		}
 		c.addThread("victim")
 		a, b := c.newClient(0, 1), c.newClient(1, 2)
 		la, out := a.acquire("victim")
@@ -46,7 +57,7 @@ func TestChecksCatchABrokenStore(t *testing.T) {
 			t.Fatalf("acquire: %+v", out)
 		}
 		c1 := c.newID("victim")
-		if out := a.append(la.Writer, c.checkpoint(a.r, c1, "victim", "", true), ""); out.Err != "" || out.Unknown {
+		if out := a.append(la.Writer, c.checkpointOf(a.r, c1, "victim", "", true, m.objects), ""); out.Err != "" || out.Unknown {
 			t.Fatalf("first append: %+v", out)
 		}
 		c.clock.advance(cairn.Millis(leaseDuration) + 1000)
@@ -55,10 +66,11 @@ func TestChecksCatchABrokenStore(t *testing.T) {
 			t.Fatalf("takeover: %+v", out)
 		}
 		c2 := c.newID("victim")
-		stale := a.append(la.Writer, c.checkpoint(a.r, c2, "victim", c1, true), c1)
+		stale := a.append(la.Writer, c.checkpointOf(a.r, c2, "victim", c1, true, m.objects), c1)
 		t.Logf("the stale writer's append: %+v", stale)
-		if broken != (stale.Err == "" && !stale.Unknown) {
-			t.Fatalf("broken=%v, but the stale append returned %+v", broken, stale)
+		commits := m.broken && !m.claimsOnly
+		if commits != (stale.Err == "" && !stale.Unknown) {
+			t.Fatalf("%+v, but the stale append returned %+v", m, stale)
 		}
 		b.getHead("victim")
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -67,17 +79,26 @@ func TestChecksCatchABrokenStore(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if m.objects && res.fences.Claims == 0 {
+			t.Errorf("the fence check saw no claim on the object layout")
+		}
 		return res, strip
 	}
 
-	t.Run("real store passes", func(t *testing.T) {
-		res, _ := scenario(t, false)
-		if res.lin.Verdict != porcupine.Ok || len(res.fences.Violations) > 0 || len(res.findings) > 0 {
-			t.Fatalf("the real store failed the checks: %s, fences %v, findings %v", res.lin.Verdict, res.fences.Violations, res.findings)
+	for _, objects := range []bool{false, true} {
+		name := "real store passes"
+		if objects {
+			name += " on the object layout"
 		}
-	})
+		t.Run(name, func(t *testing.T) {
+			res, _ := scenario(t, mode{objects: objects})
+			if res.lin.Verdict != porcupine.Ok || len(res.fences.Violations) > 0 || len(res.fences.Unattributed) > 0 || len(res.findings) > 0 {
+				t.Fatalf("the real store failed the checks: %s, fences %v, unattributed %v, findings %v", res.lin.Verdict, res.fences.Violations, res.fences.Unattributed, res.findings)
+			}
+		})
+	}
 	t.Run("broken store is caught", func(t *testing.T) {
-		res, strip := scenario(t, true)
+		res, strip := scenario(t, mode{broken: true})
 		if strip.count() == 0 {
 			t.Fatal("the interceptor stripped no comparison")
 		}
@@ -90,6 +111,23 @@ func TestChecksCatchABrokenStore(t *testing.T) {
 		}
 		for _, v := range res.fences.Violations {
 			t.Logf("fence check caught: %s", v)
+		}
+	})
+	t.Run("unfenced claims are caught on the object layout", func(t *testing.T) {
+		res, strip := scenario(t, mode{broken: true, claimsOnly: true, objects: true})
+		if strip.count() == 0 {
+			t.Fatal("the interceptor stripped no comparison")
+		}
+		t.Logf("linearizability: %s (the stale append was refused)", res.lin.Verdict)
+		claims := 0
+		for _, v := range res.fences.Violations {
+			t.Logf("fence check caught: %s", v)
+			if strings.HasPrefix(v.Kind, "claim") {
+				claims++
+			}
+		}
+		if claims == 0 {
+			t.Errorf("the fence check found no unfenced claim among %d violations", len(res.fences.Violations))
 		}
 	})
 	t.Run("broken store is caught by the campaign", func(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 	"github.com/cairnstore/cairn/integration/internal/harness"
 	"github.com/cairnstore/cairn/integration/internal/lincheck"
 	"github.com/cairnstore/cairn/internal/s3test"
+	"github.com/cairnstore/cairn/sweep"
 )
 
 // startCluster starts a three-member cluster with peer proxies for the test.
@@ -272,14 +273,36 @@ func (c *campaign) checkAll(ctx context.Context, name string) (checkResult, erro
 // lease current at its commit, that Verify finds the store consistent
 // (reference counts equal the counts recomputed from the checkpoints), that
 // the members agree byte for byte, and that a sweep keeps every referenced
-// blob. Its length is CAIRN_CAMPAIGN (default 40s).
+// blob. It runs on both layouts: InlineLayout writes version-1 records only;
+// ObjectLayout gives the stores a bucket for body objects, so that the large
+// half of the checkpoints keep their bodies in objects (their appends claim
+// the objects first, and the fence check checks every claim), and after the
+// sweep every checkpoint left must still read back exactly. Each layout's
+// run lasts CAIRN_CAMPAIGN (default 25s).
 func TestFaultCampaign(t *testing.T) {
 	d := campaignDuration(t)
 	cluster := startCluster(t)
+	for _, l := range []struct {
+		name, prefix string
+		objects      bool
+	}{
+		{"InlineLayout", "cairn-it/", false},
+		{"ObjectLayout", "cairn-it-objects/", true},
+	} {
+		t.Run(l.name, func(t *testing.T) { faultCampaign(t, cluster, l.prefix, l.objects, d) })
+	}
+}
+
+// faultCampaign is one layout's run of TestFaultCampaign, with a bucket of
+// its own.
+func faultCampaign(t *testing.T, cluster *harness.Cluster, prefix string, objects bool, d time.Duration) {
 	bkt, srv := newS3(t)
 	blobs := blobPool(t, bkt)
-	c := newCampaign(t, cluster.Endpoints(), "cairn-it/", blobs)
+	c := newCampaign(t, cluster.Endpoints(), prefix, blobs)
 	defer c.closeStores()
+	if objects {
+		c.useObjects(bkt)
+	}
 	c.setupSource()
 
 	faults := &faultInjector{t: t, cluster: cluster, r: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))}
@@ -313,20 +336,26 @@ func TestFaultCampaign(t *testing.T) {
 	default:
 		t.Errorf("history is not linearizable (%s); visualization: %s %v", res.lin.Verdict, res.lin.Visualization, res.lin.VisualizationErr)
 	}
-	t.Logf("fences: %d committed writes and %d acquires checked", res.fences.Writes, res.fences.Acquires)
+	t.Logf("fences: %d committed writes, %d claims and %d acquires checked", res.fences.Writes, res.fences.Claims, res.fences.Acquires)
 	for _, v := range res.fences.Violations {
 		t.Errorf("fence: %s", v)
 	}
 	for _, u := range res.fences.Unknown {
 		t.Errorf("fence: a committed write no recorded operation sent: %s", u)
 	}
+	for _, u := range res.fences.Unattributed {
+		t.Errorf("fence: records written outside every checked write: %s", u)
+	}
 	if res.fences.Writes == 0 || res.fences.Acquires == 0 {
 		t.Errorf("the fence check saw %d writes and %d acquires; want both > 0", res.fences.Writes, res.fences.Acquires)
+	}
+	if objects && res.fences.Claims == 0 {
+		t.Errorf("the fence check saw no claim on the object layout")
 	}
 
 	c.closeStores()
 	checker := c.newStore(0)
-	rep, err := checker.Verify(ctx, etcdstore.VerifyOptions{})
+	rep, err := checker.Verify(ctx, etcdstore.VerifyOptions{Objects: objects})
 	if err != nil {
 		t.Fatalf("Verify: %v", err)
 	}
@@ -353,6 +382,49 @@ func TestFaultCampaign(t *testing.T) {
 		t.Logf("sweeper: %s", verified[0])
 	}
 	checkReferencedBlobsKept(t, ctx, checker, bkt)
+	if objects {
+		c.checkReadBack(ctx, bkt)
+	}
+}
+
+// checkReadBack reads every checkpoint left after the sweep through a store
+// of its own (its object cache empty) and compares each with what was
+// written: the sweep kept every object a live checkpoint needs.
+func (c *campaign) checkReadBack(ctx context.Context, bkt *bucket.S3) {
+	t := c.t
+	t.Helper()
+	store := c.newStore(1)
+	read, v2 := 0, 0
+	for _, thread := range c.allThreads() {
+		cps, err := store.List(ctx, thread)
+		if err != nil {
+			t.Errorf("after the sweep, list %s: %v", thread, err)
+			continue
+		}
+		for _, cp := range cps {
+			c.mu.Lock()
+			want, ok := c.appended[cp.ID]
+			c.mu.Unlock()
+			if !ok || !sameCheckpoint(cp, want) {
+				t.Errorf("after the sweep, checkpoint %s of %s differs from what was written (known: %v)", cp.ID, thread, ok)
+			}
+			read++
+			if len(cp.Files) > 8 {
+				v2++
+			}
+		}
+	}
+	meta := 0
+	for _, err := range bucket.Objects(ctx, bkt, sweep.MetaPrefix, 0) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		meta++
+	}
+	t.Logf("after the sweep: %d checkpoints read back exactly, %d of them large; %d body objects left in the bucket", read, v2, meta)
+	if v2 == 0 || meta == 0 {
+		t.Errorf("after the sweep, %d large checkpoints and %d body objects are left; the object layout was not exercised", v2, meta)
+	}
 }
 
 // checkMembersAgree compares the members' key-value hashes at one revision.
@@ -408,11 +480,13 @@ func checkReferencedBlobsKept(t *testing.T, ctx context.Context, store *etcdstor
 		}
 	}
 	left := 0
-	for _, err := range bucket.Objects(ctx, bkt, "sandbox-", 0) {
-		if err != nil {
-			t.Fatal(err)
+	for _, prefix := range []string{sweep.FilePrefix, sweep.ArtifactPrefix} {
+		for _, err := range bucket.Objects(ctx, bkt, prefix, 0) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			left++
 		}
-		left++
 	}
 	t.Logf("bucket: %d blobs left, %d referenced", left, len(refs))
 	if left != len(refs) {

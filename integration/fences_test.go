@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +31,19 @@ import (
 // thread the fences of committed writes never go backwards and no write under
 // an older lease commits after a newer lease's acquire. It covers writes
 // whose outcome the client never learned, too.
+//
+// The capacity layout adds writes that put no thread record: a writer claims
+// the keys of its body objects (P q B T f, the claim key names the thread and
+// the fence) in transactions of their own, which may also end a GC record's
+// candidacy (delete P g B). Each committed claim put is checked the same way,
+// by the fence its key names. And every other record a writer puts (checkpoint,
+// index, reference and transcript records, the shard-4 records that name a
+// root) must commit in a transaction, that is at a revision, that also holds
+// a checked write: a thread-record put or a claim put. Puts that no checked
+// write accounts for are reported as unattributed. Deletes are cleanup (the
+// records a prune left behind its floor, claims after an append or with their
+// session) and need no fence, except deletes of GC records, which only a
+// claim makes while no sweeper runs.
 
 // opTag travels in an operation's context so the interceptor can attribute
 // the transactions it sees.
@@ -50,16 +64,24 @@ func withTag(ctx context.Context, tag *opTag) context.Context {
 	return context.WithValue(ctx, opTagKey{}, tag)
 }
 
-// nonceLog maps each thread-record nonce seen in an outgoing transaction to
-// the operation that sent it.
+// nonceLog maps each thread-record nonce, and each claim key, seen in an
+// outgoing transaction to the operation that sent it.
 type nonceLog struct {
-	layout keys.Layout
-	mu     sync.Mutex
-	byOp   map[string]opTag
+	layout  keys.Layout
+	mu      sync.Mutex
+	byOp    map[string]opTag
+	byClaim map[string]opTag
 }
 
 func newNonceLog(layout keys.Layout) *nonceLog {
-	return &nonceLog{layout: layout, byOp: map[string]opTag{}}
+	return &nonceLog{layout: layout, byOp: map[string]opTag{}, byClaim: map[string]opTag{}}
+}
+
+func (l *nonceLog) claimer(key []byte) (opTag, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t, ok := l.byClaim[string(key)]
+	return t, ok
 }
 
 func (l *nonceLog) lookup(nonce string) (opTag, bool) {
@@ -69,8 +91,8 @@ func (l *nonceLog) lookup(nonce string) (opTag, bool) {
 	return t, ok
 }
 
-// threadPuts returns the puts of thread records among ops, nested
-// transactions included.
+// threadPuts returns the puts of keys under prefix (thread records, claims)
+// among ops, nested transactions included.
 func threadPuts(prefix []byte, ops []*etcdserverpb.RequestOp) []*etcdserverpb.PutRequest {
 	var out []*etcdserverpb.PutRequest
 	for _, op := range ops {
@@ -100,6 +122,11 @@ func (l *nonceLog) recordNonce(ctx context.Context, method string, req, reply an
 					l.mu.Unlock()
 				}
 			}
+			for _, p := range threadPuts(l.layout.Claims(), txn.Success) {
+				l.mu.Lock()
+				l.byClaim[string(p.Key)] = *tag
+				l.mu.Unlock()
+			}
 		}
 	}
 	err := invoker(ctx, method, req, reply, cc, opts...)
@@ -113,13 +140,17 @@ func (l *nonceLog) recordNonce(ctx context.Context, method string, req, reply an
 
 // writerGuardStripper is the deliberately broken store of the teeth test: an
 // interceptor that removes, from every transaction that writes a thread
-// record, the comparisons on the writer-owner and writer-expiry keys (the
-// comparisons fence.Guard adds). Append then no longer checks its writer
-// inside the transaction, so a stale writer's append can commit.
+// record or a claim, the comparisons on the writer-owner and writer-expiry
+// keys (the comparisons fence.Guard adds). Append then no longer checks its
+// writer inside the transaction, so a stale writer's append can commit; and
+// on the capacity layout a stale writer's claims of its body objects commit.
+// With claimsOnly set it strips only claim transactions: the appends stay
+// fenced, and only the claims skip the fence compare.
 type writerGuardStripper struct {
-	layout  keys.Layout
-	mu      sync.Mutex
-	guarded map[string]bool // writer owner and expiry keys of known threads
+	layout     keys.Layout
+	claimsOnly bool
+	mu         sync.Mutex
+	guarded    map[string]bool // writer owner and expiry keys of known threads
 	// Stripped counts the comparisons removed.
 	stripped int
 }
@@ -140,7 +171,7 @@ func (s *writerGuardStripper) add(thread string) {
 }
 
 func (s *writerGuardStripper) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	if txn, ok := req.(*etcdserverpb.TxnRequest); ok && len(threadPuts(s.layout.Threads(), txn.Success)) > 0 {
+	if txn, ok := req.(*etcdserverpb.TxnRequest); ok && s.strips(txn) {
 		s.mu.Lock()
 		kept := txn.Compare[:0:0]
 		for _, c := range txn.Compare {
@@ -154,6 +185,14 @@ func (s *writerGuardStripper) intercept(ctx context.Context, method string, req,
 		req = &etcdserverpb.TxnRequest{Compare: kept, Success: txn.Success, Failure: txn.Failure}
 	}
 	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+// strips reports whether the stripper removes the guard of txn.
+func (s *writerGuardStripper) strips(txn *etcdserverpb.TxnRequest) bool {
+	if len(threadPuts(s.layout.Claims(), txn.Success)) > 0 {
+		return true
+	}
+	return !s.claimsOnly && len(threadPuts(s.layout.Threads(), txn.Success)) > 0
 }
 
 func (s *writerGuardStripper) count() int {
@@ -180,10 +219,70 @@ func (v fenceViolation) String() string {
 
 // fenceReport is the result of checkFences.
 type fenceReport struct {
-	Writes     int // committed writes checked
+	Writes     int // committed thread-record writes checked
+	Claims     int // committed claim puts checked
 	Acquires   int // lease records created
 	Violations []fenceViolation
 	Unknown    []string // committed thread-record puts no recorded operation sent
+	// Unattributed lists the revisions at which records were written that
+	// neither a thread-record put nor a claim put accounts for.
+	Unattributed []string
+}
+
+// keyClass says what kind of record of the store's layout a key is.
+type keyClass int
+
+const (
+	classOther  keyClass = iota // locks, instance records: not a writer's
+	classThread                 // P n T: the thread record
+	classOwner                  // P t T w: the writer lease's owner
+	classExpiry                 // P t T x: the writer lease's expiry
+	classStaged                 // P t T k / P t T M: staged chunks
+	classRecord                 // other per-thread, index and reference records
+	classClaim                  // P q B T f
+	classGC                     // P g B
+)
+
+// classify returns the class of a key of the layout and, for per-thread keys
+// and claims, the thread it belongs to.
+func classifyKey(layout keys.Layout, key []byte) (keyClass, string) {
+	root := layout.Root()
+	if len(key) <= len(root) || !bytes.HasPrefix(key, root) {
+		return classOther, ""
+	}
+	switch key[len(root)] {
+	case 'n':
+		t, err := layout.DecodeThread(key)
+		if err != nil {
+			return classRecord, ""
+		}
+		return classThread, t
+	case 'q':
+		ck, err := layout.DecodeClaim(key)
+		if err != nil {
+			return classRecord, ""
+		}
+		return classClaim, ck.Thread
+	case 'g':
+		return classGC, ""
+	case 'r', 'i':
+		return classRecord, ""
+	case 't':
+		t, rest, err := keys.DecodeString(key[len(root)+1:])
+		if err != nil || len(rest) == 0 {
+			return classRecord, ""
+		}
+		switch rest[0] {
+		case 'w':
+			return classOwner, t
+		case 'x':
+			return classExpiry, t
+		case 'k', 'M':
+			return classStaged, t
+		}
+		return classRecord, t
+	}
+	return classOther, ""
 }
 
 // checkFences reads etcd's history of the store's keys from revision 1 and
@@ -191,13 +290,35 @@ type fenceReport struct {
 // was current at its commit revision.
 func checkFences(ctx context.Context, cli *clientv3.Client, layout keys.Layout, threads []string, log *nonceLog) (fenceReport, error) {
 	var rep fenceReport
-	owners := map[string]string{}
-	for _, t := range threads {
-		owners[string(layout.WriterOwner(t))] = t
-	}
-	head, err := cli.Get(ctx, "cairn-fence-check-probe")
+	events, err := storeHistory(ctx, cli, layout)
 	if err != nil {
 		return rep, err
+	}
+	checked := map[string]bool{}
+	for _, t := range threads {
+		checked[t] = true
+	}
+	fc := fenceChecker{layout: layout, checked: checked, log: log, rep: &rep,
+		current: map[string]int64{}, lastFence: map[string]int64{}}
+	for i := 0; i < len(events); {
+		j := i + 1
+		for j < len(events) && events[j].Kv.ModRevision == events[i].Kv.ModRevision {
+			j++
+		}
+		if err := fc.transaction(events[i:j]); err != nil {
+			return rep, err
+		}
+		i = j
+	}
+	return rep, nil
+}
+
+// storeHistory returns every event on the store's keys from revision 1 to
+// the current revision, ordered by revision.
+func storeHistory(ctx context.Context, cli *clientv3.Client, layout keys.Layout) ([]*clientv3.Event, error) {
+	head, err := cli.Get(ctx, "cairn-fence-check-probe")
+	if err != nil {
+		return nil, err
 	}
 	last := head.Header.Revision
 	root := layout.Root()
@@ -219,7 +340,7 @@ func checkFences(ctx context.Context, cli *clientv3.Client, layout keys.Layout, 
 	}()
 	for resp := range wch {
 		if err := resp.Err(); err != nil {
-			return rep, fmt.Errorf("watch the store's history: %w", err)
+			return nil, fmt.Errorf("watch the store's history: %w", err)
 		}
 		events = append(events, resp.Events...)
 		if resp.IsProgressNotify() && resp.Header.Revision >= last {
@@ -227,50 +348,111 @@ func checkFences(ctx context.Context, cli *clientv3.Client, layout keys.Layout, 
 		}
 	}
 	if ctx.Err() != nil {
-		return rep, ctx.Err()
+		return nil, ctx.Err()
 	}
 	sort.SliceStable(events, func(i, j int) bool { return events[i].Kv.ModRevision < events[j].Kv.ModRevision })
-	current := map[string]int64{} // thread -> fence of the current lease, 0 for none
-	lastFence := map[string]int64{}
-	for _, ev := range events {
-		key := string(ev.Kv.Key)
-		if t, ok := owners[key]; ok {
-			switch ev.Type {
-			case mvccpb.PUT:
-				// A renew never puts the owner key; each put is an acquire.
-				current[t] = ev.Kv.ModRevision
-				rep.Acquires++
-			case mvccpb.DELETE:
-				current[t] = 0
+	return events, nil
+}
+
+// fenceChecker walks the history one transaction (one revision) at a time.
+type fenceChecker struct {
+	layout    keys.Layout
+	checked   map[string]bool // the threads the check was asked about
+	log       *nonceLog
+	rep       *fenceReport
+	current   map[string]int64 // thread -> fence of the current lease, 0 for none
+	lastFence map[string]int64
+}
+
+// transaction checks the events of one revision.
+func (fc *fenceChecker) transaction(evs []*clientv3.Event) error {
+	rev := evs[0].Kv.ModRevision
+	attributed := false
+	var needs []string // records that a checked write must account for
+	for _, ev := range evs {
+		class, t := classifyKey(fc.layout, ev.Kv.Key)
+		put := ev.Type == mvccpb.PUT
+		switch class {
+		case classOwner:
+			if !fc.checked[t] {
+				continue
 			}
-			continue
+			if put {
+				// A renew never puts the owner key; each put is an acquire.
+				fc.current[t] = ev.Kv.ModRevision
+				fc.rep.Acquires++
+			} else {
+				fc.current[t] = 0
+			}
+		case classThread:
+			if !put {
+				needs = append(needs, "delete of the thread record of "+t)
+				continue
+			}
+			var rec struct {
+				Op string `json:"op"`
+			}
+			if err := json.Unmarshal(ev.Kv.Value, &rec); err != nil {
+				return fmt.Errorf("thread record of %q at revision %d: %w", t, rev, err)
+			}
+			tag, ok := fc.log.lookup(rec.Op)
+			if !ok {
+				fc.rep.Unknown = append(fc.rep.Unknown, fmt.Sprintf("thread %q revision %d nonce %s", t, rev, rec.Op))
+				continue
+			}
+			attributed = true
+			if !fc.checked[t] {
+				continue // a thread the check was not asked about
+			}
+			fc.rep.Writes++
+			fc.check(t, rev, tag.kind, tag.client, tag.fence)
+		case classClaim:
+			if !put {
+				continue // cleanup: after an append, a release, or with the session
+			}
+			attributed = true
+			if !fc.checked[t] {
+				continue
+			}
+			ck, err := fc.layout.DecodeClaim(ev.Kv.Key)
+			if err != nil {
+				return fmt.Errorf("claim key at revision %d: %w", rev, err)
+			}
+			fc.rep.Claims++
+			kind, client := "claim", -1
+			if tag, ok := fc.log.claimer(ev.Kv.Key); ok {
+				kind, client = "claim of "+tag.kind, tag.client
+				if tag.fence != int64(ck.Fence) {
+					fc.rep.Violations = append(fc.rep.Violations, fenceViolation{Thread: t, Revision: rev,
+						Kind: fmt.Sprintf("claim whose key names fence %d, sent by an operation", ck.Fence), Client: client, Fence: tag.fence, Current: fc.current[t]})
+				}
+			}
+			fc.check(t, rev, kind, client, int64(ck.Fence))
+		case classGC:
+			needs = append(needs, fmt.Sprintf("%s of a GC record", ev.Type))
+		case classRecord:
+			if put {
+				needs = append(needs, fmt.Sprintf("put of %q", ev.Kv.Key))
+			}
+		case classStaged:
+			if put && ev.Kv.Lease == 0 {
+				// A staged chunk is put with its staging lease; the publish
+				// that makes it permanent puts a thread record.
+				needs = append(needs, fmt.Sprintf("put of the chunk %q without a staging lease", ev.Kv.Key))
+			}
 		}
-		if ev.Type != mvccpb.PUT || !bytes.HasPrefix(ev.Kv.Key, layout.Threads()) {
-			continue
-		}
-		t, err := layout.DecodeThread(ev.Kv.Key)
-		if err != nil {
-			return rep, err
-		}
-		var rec struct {
-			Op string `json:"op"`
-		}
-		if err := json.Unmarshal(ev.Kv.Value, &rec); err != nil {
-			return rep, fmt.Errorf("thread record of %q at revision %d: %w", t, ev.Kv.ModRevision, err)
-		}
-		tag, ok := log.lookup(rec.Op)
-		if !ok {
-			rep.Unknown = append(rep.Unknown, fmt.Sprintf("thread %q revision %d nonce %s", t, ev.Kv.ModRevision, rec.Op))
-			continue
-		}
-		if owners[string(layout.WriterOwner(t))] == "" {
-			continue // a thread the check was not asked about
-		}
-		rep.Writes++
-		if tag.fence != current[t] || tag.fence < lastFence[t] {
-			rep.Violations = append(rep.Violations, fenceViolation{Thread: t, Revision: ev.Kv.ModRevision, Kind: tag.kind, Client: tag.client, Fence: tag.fence, Current: current[t]})
-		}
-		lastFence[t] = max(lastFence[t], tag.fence)
 	}
-	return rep, nil
+	if !attributed && len(needs) > 0 {
+		fc.rep.Unattributed = append(fc.rep.Unattributed, fmt.Sprintf("revision %d: %s", rev, strings.Join(needs, "; ")))
+	}
+	return nil
+}
+
+// check records a violation unless fence is the fence of the lease current
+// on thread t and not older than an earlier write's.
+func (fc *fenceChecker) check(t string, rev int64, kind string, client int, fence int64) {
+	if fence != fc.current[t] || fence < fc.lastFence[t] {
+		fc.rep.Violations = append(fc.rep.Violations, fenceViolation{Thread: t, Revision: rev, Kind: kind, Client: client, Fence: fence, Current: fc.current[t]})
+	}
+	fc.lastFence[t] = max(fc.lastFence[t], fence)
 }

@@ -29,7 +29,7 @@ const (
 )
 
 // defaultCampaign is the fault campaign's length when envCampaign is unset.
-const defaultCampaign = 40 * time.Second
+const defaultCampaign = 25 * time.Second
 
 func TestMain(m *testing.M) {
 	code := m.Run()

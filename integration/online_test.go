@@ -27,6 +27,7 @@ import (
 	"github.com/cairnstore/cairn/internal/s3test"
 	"github.com/cairnstore/cairn/internal/sidecar"
 	"github.com/cairnstore/cairn/keys"
+	"github.com/cairnstore/cairn/sweep"
 )
 
 // The online sweep during faults: the workload of sweep/stress_test.go
@@ -115,6 +116,28 @@ func TestOnlineSweepDuringFaults(t *testing.T) {
 		e.finalChecks()
 	})
 
+	t.Run("ClaimsObjectLayout", func(t *testing.T) {
+		// The same on the capacity layout: the writers' stores keep most
+		// bodies in objects, which their appends claim like blobs, and the
+		// sweeper deletes the objects no live checkpoint needs beside the
+		// blobs; every parent a capture reads, every head at the end, must
+		// still assemble from its objects.
+		e := newOnlineEnv(t, cluster, bin, "cairn-online-objects/", true)
+		e.objects = true
+		res := e.run(onlineConfig{d: d, kinds: onlineRunKinds, faults: true})
+		res.log(t, "claims, object layout")
+		if res.lost.Load() > 0 {
+			t.Errorf("%d checkpoints referenced missing blobs or objects; the first: %v", res.lost.Load(), res.firstLoss())
+		}
+		// The kills and pauses of the sweeper are Claims' to prove; here
+		// the sweeper has to have deleted, and the writers appended.
+		if res.appends.Load() < 20 || res.deleted.Load() == 0 {
+			t.Errorf("the workload did too little to prove anything: %d appends, %d deleted",
+				res.appends.Load(), res.deleted.Load())
+		}
+		e.finalChecks()
+	})
+
 	t.Run("WithoutClaimsLosesBlobs", func(t *testing.T) {
 		e := newOnlineEnv(t, cluster, bin, "cairn-online-noclaims/", false)
 		res := e.run(onlineConfig{d: 15 * time.Second, kinds: []string{runPlain}, stopOnLoss: true})
@@ -139,6 +162,10 @@ type onlineEnv struct {
 	prefix  string
 	layout  keys.Layout
 	claims  bool
+	// objects makes the writers' stores, and the final checks', keep their
+	// bodies in objects in the bucket (Options.Objects), most of them above
+	// campaignInlineLimit.
+	objects bool
 	cli     *clientv3.Client // the test's own client: watches and GC snapshots
 
 	pool    []bucket.Blob
@@ -333,7 +360,7 @@ func (e *onlineEnv) writer(ctx context.Context, i int, seed uint64, res *onlineR
 		t.Errorf("%s: %v", thread, err)
 		return
 	}
-	store, err := etcdstore.New(cli, e.prefix, etcdstore.Options{Options: cairn.Options{LeaseDuration: onlineLease, RenewAfter: onlineLease / 3}})
+	store, err := etcdstore.New(cli, e.prefix, e.storeOptions(cairn.Options{LeaseDuration: onlineLease, RenewAfter: onlineLease / 3}))
 	if err != nil {
 		t.Errorf("%s: %v", thread, err)
 		cli.Close()
@@ -350,6 +377,11 @@ func (e *onlineEnv) writer(ctx context.Context, i int, seed uint64, res *onlineR
 		switch {
 		case ctx.Err() != nil && !r.appended:
 			return
+		case errors.Is(err, bucket.ErrNotFound):
+			// Only a read of a body object (the parent's) finds nothing.
+			lose(fmt.Errorf("capture %s: %w", id, err))
+			pause(ctx, rng, 20*time.Millisecond, 100*time.Millisecond)
+			continue
 		case err != nil:
 			reason := failureReason(err)
 			if reason == "" {
@@ -380,6 +412,15 @@ func (e *onlineEnv) writer(ctx context.Context, i int, seed uint64, res *onlineR
 		// Between turns the thread is free, for the prune.
 		pause(ctx, rng, 30*time.Millisecond, 120*time.Millisecond)
 	}
+}
+
+// storeOptions returns the options of the env's stores.
+func (e *onlineEnv) storeOptions(o cairn.Options) etcdstore.Options {
+	opts := etcdstore.Options{Options: o}
+	if e.objects {
+		opts.Objects, opts.InlineLimit = e.bkt, campaignInlineLimit
+	}
+	return opts
 }
 
 // failureReason names why a capture failed when a fault or the sweeper's
@@ -447,6 +488,12 @@ func (e *onlineEnv) capture(ctx context.Context, store *etcdstore.Store, thread,
 	}
 	cp := cairn.Checkpoint{ID: id, ThreadID: thread, ParentCheckpointID: head, CreatedAt: created,
 		Reason: cairn.ReasonAutomatic, Conversation: []byte(`[]`)}
+	if e.objects && rng.IntN(4) != 0 {
+		// Above campaignInlineLimit: the body goes to objects, and the
+		// conversation's chunks are shared by every thread.
+		msgs := append(sharedConversation(), map[string]string{"role": "user", "content": id})
+		cp.Conversation, _ = json.Marshal(msgs)
+	}
 	var upload []bucket.Blob
 	for f := range onlineFiles {
 		b := e.pool[rng.IntN(len(e.pool))]
@@ -1017,7 +1064,7 @@ func (e *onlineEnv) finalChecks() {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	store, err := etcdstore.New(cli, e.prefix, etcdstore.Options{})
+	store, err := etcdstore.New(cli, e.prefix, e.storeOptions(cairn.Options{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1035,7 +1082,7 @@ func (e *onlineEnv) finalChecks() {
 	}
 	t.Logf("after the final run: GC records %s, %d keys claimed", sortedCounts(states), len(view.Claimed))
 
-	rep, err := store.Verify(ctx, etcdstore.VerifyOptions{})
+	rep, err := store.Verify(ctx, etcdstore.VerifyOptions{Objects: e.objects})
 	if err != nil {
 		t.Fatalf("Verify: %v", err)
 	}
@@ -1068,5 +1115,18 @@ func (e *onlineEnv) finalChecks() {
 		files += len(cp.Files)
 	}
 	t.Logf("%d heads, %d files, restored byte for byte", onlineWriters, files)
+	if e.objects {
+		meta := 0
+		for _, err := range bucket.Objects(ctx, e.bkt, sweep.MetaPrefix, 0) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			meta++
+		}
+		t.Logf("%d body objects in the bucket", meta)
+		if meta == 0 {
+			t.Errorf("no body object is left in the bucket: the object layout was not exercised")
+		}
+	}
 	checkReferencedBlobsKept(t, ctx, store, e.bkt)
 }

@@ -85,6 +85,9 @@ type campaign struct {
 	nonces    *nonceLog
 	opTimeout time.Duration
 	blobs     []bucket.Blob
+	// objects, when set, is the bucket of the stores' body objects: the
+	// campaign then runs on the capacity layout (useObjects).
+	objects etcdstore.ObjectStore
 
 	clients []*clientv3.Client // one per member, pinned to it
 
@@ -135,6 +138,7 @@ func (c *campaign) newStore(member int) *etcdstore.Store {
 	s, err := etcdstore.New(c.clients[member%len(c.clients)], c.prefix, etcdstore.Options{
 		Options: cairn.Options{Now: c.clock.Now, LeaseDuration: leaseDuration, RenewAfter: renewAfter},
 		Logger:  slog.New(c.logs),
+		Objects: c.objects, InlineLimit: campaignInlineLimit,
 	})
 	if err != nil {
 		c.t.Fatal(err)
@@ -143,6 +147,24 @@ func (c *campaign) newStore(member int) *etcdstore.Store {
 	c.stores = append(c.stores, s)
 	c.mu.Unlock()
 	return s
+}
+
+// campaignInlineLimit is the stores' InlineLimit on the capacity layout:
+// the small checkpoints of the workload stay inline (version 1), the large
+// ones (checkpoint) keep their bodies in objects (version 2), so that both
+// kinds of record meet in the same threads, forks and prunes.
+const campaignInlineLimit = 1 << 10
+
+// useObjects makes the campaign's stores, created after it, write the
+// capacity layout with objs as the bucket of their body objects. Call it
+// before the first store is created.
+func (c *campaign) useObjects(objs etcdstore.ObjectStore) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.stores) > 0 {
+		c.t.Fatal("useObjects after a store was created")
+	}
+	c.objects = objs
 }
 
 // closeStores closes every store: their etcd sessions end and the writer
@@ -209,10 +231,22 @@ func (c *campaign) finding(format string, args ...any) {
 }
 
 // checkpoint builds a checkpoint that references a few blobs of the pool and,
-// when register is set, remembers it as the content of id.
+// when register is set, remembers it as the content of id. On the capacity
+// layout every other checkpoint is large: some forty entries and a
+// conversation of a few KiB that every checkpoint shares but for its last
+// message, well above campaignInlineLimit, so that its body goes to objects
+// and successive checkpoints share some of them.
 func (c *campaign) checkpoint(r *rand.Rand, id, thread, parent string, register bool) cairn.Checkpoint {
+	return c.checkpointOf(r, id, thread, parent, register, c.objects != nil && r.IntN(2) == 0)
+}
+
+// checkpointOf is checkpoint, large or small as asked.
+func (c *campaign) checkpointOf(r *rand.Rand, id, thread, parent string, register, large bool) cairn.Checkpoint {
 	var files []cairn.Entry
 	n := 1 + r.IntN(3)
+	if large {
+		n = 32 + r.IntN(16)
+	}
 	for i := 0; i < n; i++ {
 		b := c.blobs[r.IntN(len(c.blobs)-2)]
 		files = append(files, cairn.Entry{Path: fmt.Sprintf("src/f%d.txt", i), Kind: cairn.KindFile, BlobKey: b.Key, Size: int64(len(b.Data))})
@@ -223,7 +257,11 @@ func (c *campaign) checkpoint(r *rand.Rand, id, thread, parent string, register 
 		b := c.blobs[len(c.blobs)-1-r.IntN(2)]
 		arts = append(arts, cairn.Artifact{ArtifactID: "a-" + id, Name: "report.txt", MimeType: "text/plain", Size: int64(len(b.Data)), BlobKey: b.Key, CreatedAt: c.clock.Now()})
 	}
-	conv, _ := json.Marshal([]map[string]string{{"role": "user", "content": "checkpoint " + id}})
+	msgs := []map[string]string{{"role": "user", "content": "checkpoint " + id}}
+	if large {
+		msgs = append(sharedConversation(), msgs...)
+	}
+	conv, _ := json.Marshal(msgs)
 	cp := cairn.Checkpoint{
 		ID: id, ThreadID: thread, ParentCheckpointID: parent, CreatedAt: c.clock.Now(), Reason: cairn.ReasonAutomatic,
 		Files: files, Conversation: conv, Artifacts: arts,
@@ -234,6 +272,16 @@ func (c *campaign) checkpoint(r *rand.Rand, id, thread, parent string, register 
 		c.mu.Unlock()
 	}
 	return cp
+}
+
+// sharedConversation returns the messages every large checkpoint of the
+// campaign starts with: about 6 KiB.
+func sharedConversation() []map[string]string {
+	var msgs []map[string]string
+	for i := 0; i < 24; i++ {
+		msgs = append(msgs, map[string]string{"role": "assistant", "content": fmt.Sprintf("turn %d: %s", i, strings.Repeat("the workspace changed; ", 10))})
+	}
+	return msgs
 }
 
 // sameCheckpoint reports whether a read checkpoint equals what was written.

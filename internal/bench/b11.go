@@ -63,6 +63,7 @@ func (r *runner) b11(ctx context.Context) ([]Row, error) {
 				fmtBytes(v1.logical), fmtBytes(v1.perKept), fmtInt(b11Budget/max(1, v1.perKept)), fmtBytes(v1.physical)),
 			fmt.Sprintf("Get of a head: version 2 %s with a cold object cache, %s warm; version 1 %s. Append of a turn (median): version 2 %s, version 1 %s.",
 				fmtDur(v2.getCold), fmtDur(v2.getWarm), fmtDur(v1.getWarm), fmtDur(v2.appendMedian), fmtDur(v1.appendMedian)),
+			walkNote(v2.walk, v1.walk),
 		},
 	}}, nil
 }
@@ -74,6 +75,7 @@ type b11Result struct {
 	fork, objectBytes     int64
 	getCold, getWarm      time.Duration
 	appendMedian          time.Duration
+	walk                  b11Walk
 }
 
 func (r *runner) b11Side(ctx context.Context, objects bool) (b11Result, error) {
@@ -159,6 +161,19 @@ func (r *runner) b11Side(ctx context.Context, objects bool) (b11Result, error) {
 		warm = append(warm, time.Since(start))
 	}
 	res.getWarm = medianDuration(warm)
+	// The sweep's walk over everything kept (b11walk.go).
+	var counted etcdstore.ObjectStore
+	if objects {
+		counted = mem
+	}
+	res.walk, err = measureWalk(ctx, func(o etcdstore.ObjectStore) (*etcdstore.Store, error) {
+		wo := opts
+		wo.Objects = o
+		return etcdstore.New(cli, b11Prefix, wo)
+	}, counted, res.kept+1)
+	if err != nil {
+		return res, err
+	}
 	// The backend after compaction and defragmentation.
 	resp, err := cli.Get(ctx, "\x00")
 	if err != nil {

@@ -58,8 +58,10 @@ func TestRunPrintsTheTable(t *testing.T) {
 		}
 	}
 	// B5 gives two rows: the upstream sweep and the sweep under the online
-	// protocol (B5P); B10 the append (B10) and the get (B10G).
+	// protocol (B5P); B3 two: version 1, and the capacity layout with 1% new
+	// (B3O); B10 the append (B10) and the get (B10G).
 	want := slices.Insert(slices.Clone(Workloads), slices.Index(Workloads, "B5")+1, "B5P")
+	want = slices.Insert(want, slices.Index(want, "B3")+1, "B3O")
 	want = slices.Insert(want, slices.Index(want, "B10")+1, "B10G")
 	if !slices.Equal(ids, want) {
 		t.Errorf("rows %v, want %v", ids, want)
