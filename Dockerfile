@@ -1,4 +1,5 @@
-# The sweeper's image: built in the Go image the module asks for, run from a
+# The sweeper's image, which also holds cairnd (docker-compose.yml runs it
+# with --entrypoint /usr/local/bin/cairnd): built in the Go image the module asks for, run from a
 # distroless image (no shell, no package manager) as its non-root user.
 #
 #   docker build -t cairn-sweeper .
@@ -14,11 +15,12 @@ RUN go mod download
 COPY . .
 ENV CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 RUN go build -trimpath -ldflags="-s -w" -o /out/sweeper ./cmd/sweeper \
+ && go build -trimpath -ldflags="-s -w" -o /out/cairnd ./cmd/cairnd \
  && go build -trimpath -ldflags="-s -w" -o /out/httpprobe ./internal/httpprobe
 
 FROM gcr.io/distroless/static-debian12:nonroot
-COPY --from=build /out/sweeper /out/httpprobe /usr/local/bin/
+COPY --from=build /out/sweeper /out/cairnd /out/httpprobe /usr/local/bin/
 USER 65532:65532
-EXPOSE 9090
+EXPOSE 9090 8080
 ENTRYPOINT ["/usr/local/bin/sweeper"]
 CMD ["--help"]

@@ -6,10 +6,15 @@ export PATH := $(BIN):$(PATH)
 
 # Pinned versions of the tools the tests start.
 VERSITYGW_VERSION := v1.8.0
+# Pinned code generators of the Connect API (make proto).
+BUF_VERSION := v1.75.0
+PROTOC_GEN_GO_VERSION := v1.36.12
+PROTOC_GEN_CONNECT_GO_VERSION := v1.21.1
+PROTO_TOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-connect-go
 
 FUZZTIME ?= 10s
 
-.PHONY: all test unit lint fuzz tools debian-etcd integration campaign cluster demo bench clean
+.PHONY: all test unit lint fuzz tools proto proto-check debian-etcd integration campaign cluster demo bench clean ts ts-bench
 
 all: lint test
 
@@ -17,6 +22,23 @@ all: lint test
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(MAKE) --no-print-directory proto-check
+
+## proto: regenerate the Go code of the Connect API (gen/) from proto/.
+proto: $(PROTO_TOOLS)
+	$(BIN)/buf lint proto
+	rm -rf gen/cairn && $(BIN)/buf generate
+
+## proto-check: fail when gen/ is stale against proto/.
+proto-check: $(PROTO_TOOLS)
+	BIN=$(BIN) bash scripts/proto-check.sh
+
+$(BIN)/buf:
+	GOBIN=$(BIN) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
+$(BIN)/protoc-gen-go:
+	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+$(BIN)/protoc-gen-connect-go:
+	GOBIN=$(BIN) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_GO_VERSION)
 
 ## tools: build the pinned tool binaries the tests start into ./bin, and
 ## install Debian's etcd 3.4 for the compatibility test.
@@ -69,8 +91,15 @@ campaign: tools
 cluster: tools
 	$(GO) run ./integration/cmd/cluster
 
-## test: everything CI checks: lint, the race-enabled tests, brief fuzzing.
-test: lint unit fuzz
+## ts: the TypeScript client (clients/typescript): npm ci from the lockfile,
+## the generated code is fresh, tsc --noEmit, and its tests against a cairnd
+## the tests build and start.
+ts:
+	cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run check
+
+## test: everything CI checks: lint, the race-enabled tests, brief fuzzing,
+## the TypeScript client.
+test: lint unit fuzz ts
 
 ## demo: the quickstart on an embedded etcd and a local S3 server (versitygw
 ## from ./bin; nothing outside this machine): capture a workspace into
@@ -85,6 +114,14 @@ demo: $(BIN)/versitygw
 bench: $(BIN)/versitygw
 	$(GO) build -o $(BIN)/cairn-bench ./cmd/cairn-bench
 	$(BIN)/cairn-bench -v -versitygw $(BIN)/versitygw $(if $(QUICK),-quick) $(BENCHFLAGS)
+	$(MAKE) ts-bench
+
+## ts-bench: B10 with its TypeScript row: the Go client's and the TypeScript
+## client's append p50 (200 entries) through cairnd, side by side.
+ts-bench: $(BIN)/versitygw
+	cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run build
+	$(GO) build -o $(BIN)/cairn-bench ./cmd/cairn-bench
+	$(BIN)/cairn-bench -v -versitygw $(BIN)/versitygw -only B10 $(if $(QUICK),-quick) -b10-cmd "node clients/typescript/dist/bench/append.js"
 
 clean:
 	rm -rf $(BIN)

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cairnstore/cairn/integration/internal/harness"
+	"github.com/cairnstore/cairn/internal/cairnd"
 	"github.com/cairnstore/cairn/internal/sidecar"
 )
 
@@ -196,6 +197,36 @@ func TestComposeFile(t *testing.T) {
 		}
 		if !slices.Contains(init.Entrypoint, "/data/root/cairn") {
 			t.Errorf("s3-init does not create the bucket directory: %q", init.Entrypoint)
+		}
+	})
+
+	t.Run("cairnd", func(t *testing.T) {
+		s := f.Services["cairnd"]
+		if s.Image != f.Services["sweeper"].Image || !slices.Equal(s.Entrypoint, []string{"/usr/local/bin/cairnd"}) {
+			t.Errorf("cairnd: image %q entrypoint %v, want the sweeper's image with /usr/local/bin/cairnd", s.Image, s.Entrypoint)
+		}
+		if s.User == "" || strings.HasPrefix(s.User, "0") || s.User == "root" {
+			t.Errorf("cairnd: user %q, want a non-root user", s.User)
+		}
+		cfg, err := cairnd.Parse(s.Command, func(k string) string { return s.Environment[k] }, io.Discard)
+		if err != nil {
+			t.Fatalf("cairnd rejects the compose command: %v", err)
+		}
+		sweeper, _ := sidecar.Parse(f.Services["sweeper"].Command, func(k string) string { return f.Services["sweeper"].Environment[k] }, io.Discard)
+		if !slices.Equal(cfg.Etcd.Endpoints, sweeper.Etcd.Endpoints) || cfg.S3.Endpoint != sweeper.S3.Endpoint || cfg.S3.Bucket != sweeper.S3.Bucket ||
+			cfg.S3.AccessKeyID != sweeper.S3.AccessKeyID || cfg.S3.SecretAccessKey != sweeper.S3.SecretAccessKey {
+			t.Errorf("cairnd: etcd %v and bucket %q at %q differ from the sweeper's", cfg.Etcd.Endpoints, cfg.S3.Bucket, cfg.S3.Endpoint)
+		}
+		tenants, err := cfg.Tenants()
+		if err != nil || len(tenants) != 1 || tenants[0].Prefix != sweeper.Prefix {
+			t.Errorf("cairnd: tenants %+v (%v), want one under the sweeper's prefix %q", tenants, err, sweeper.Prefix)
+		}
+		_, port, _ := strings.Cut(cfg.Listen, ":")
+		if hc := s.Healthcheck; hc == nil || !slices.Equal(hc.Test, []string{"CMD", "/usr/local/bin/httpprobe", "http://127.0.0.1:" + port + "/readyz"}) {
+			t.Errorf("cairnd: health check %v, want httpprobe of /readyz on the --listen port %s", hc, port)
+		}
+		if !slices.Contains(s.Ports, "127.0.0.1:"+port+":"+port) {
+			t.Errorf("cairnd: ports %v do not publish --listen %s", s.Ports, cfg.Listen)
 		}
 	})
 

@@ -29,6 +29,7 @@ func tiny() Config {
 		B3Entries: 10_000, B3Iterations: 1,
 		B4Checkpoints: 20, B4Keys: 100,
 		B5Objects: 300, B5Rounds: 1,
+		B10Appends: 3,
 		B11Threads: 1,
 	}
 }
@@ -58,9 +59,10 @@ func TestRunPrintsTheTable(t *testing.T) {
 	}
 	// B5 gives two rows: the upstream sweep and the sweep under the online
 	// protocol (B5P); B3 two: version 1, and the capacity layout with 1% new
-	// (B3O).
+	// (B3O); B10 the append (B10) and the get (B10G).
 	want := slices.Insert(slices.Clone(Workloads), slices.Index(Workloads, "B5")+1, "B5P")
 	want = slices.Insert(want, slices.Index(want, "B3")+1, "B3O")
+	want = slices.Insert(want, slices.Index(want, "B10")+1, "B10G")
 	if !slices.Equal(ids, want) {
 		t.Errorf("rows %v, want %v", ids, want)
 	}
@@ -140,5 +142,22 @@ func TestMayWrite(t *testing.T) {
 	}
 	if il.count() != 1 || il.writes() != 0 {
 		t.Fatalf("inner tally: %d calls, %d writes", il.count(), il.writes())
+	}
+}
+
+// TestB10Rows runs B10 alone at a tiny size: it serves cairnd on loopback
+// and gives the append and the get rows.
+func TestB10Rows(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cfg := tiny()
+	cfg.Only = []string{"B10"}
+	var out bytes.Buffer
+	rows, err := Run(ctx, cfg, &out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if len(rows) != 2 || rows[0].ID != "B10" || rows[1].ID != "B10G" {
+		t.Fatalf("rows %+v, want B10 and B10G", rows)
 	}
 }

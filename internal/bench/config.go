@@ -8,7 +8,7 @@ import (
 )
 
 // Workloads lists the workload names in the order Run runs them.
-var Workloads = []string{"B1", "B2", "B3", "BC", "B4", "B5", "B6", "B11"}
+var Workloads = []string{"B1", "B2", "B3", "BC", "B4", "B5", "B6", "B10", "B11"}
 
 // Config sizes a run. Full and Quick return the two standard ones.
 type Config struct {
@@ -35,6 +35,13 @@ type Config struct {
 	// B5Objects objects, half of them unreferenced, are swept B5Rounds
 	// times per side.
 	B5Objects, B5Rounds int
+	// B10Appends appends and gets of a B1Entries-entry checkpoint per side
+	// and round compare cairnd and the Go client with the store in process.
+	B10Appends int
+	// B10Command, when set, is run during B10 against the running cairnd
+	// (see b10External) to add the figure of another client, e.g. the
+	// TypeScript one.
+	B10Command []string
 	// B11Threads threads of the capacity workload (20 turns each, every
 	// checkpoint kept) measure what etcd keeps per checkpoint.
 	B11Threads int
@@ -60,6 +67,7 @@ func Full() Config {
 		B3Entries: 20_000, B3Iterations: 5,
 		B4Checkpoints: 2_000, B4Keys: 500,
 		B5Objects: 100_000, B5Rounds: 5,
+		B10Appends: 200,
 		B11Threads: 20,
 	}
 }
@@ -74,6 +82,7 @@ func Quick() Config {
 		B3Entries: 20_000, B3Iterations: 2,
 		B4Checkpoints: 400, B4Keys: 500,
 		B5Objects: 20_000, B5Rounds: 3,
+		B10Appends: 50,
 		B11Threads: 4,
 	}
 }
@@ -95,6 +104,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("B4 needs at least 10 checkpoints of 100 keys")
 	case c.B5Objects < 2:
 		return fmt.Errorf("B5 needs at least 2 objects")
+	case c.B10Appends < 1 && c.selected("B10"):
+		return fmt.Errorf("B10 needs at least 1 append")
 	case c.B11Threads < 1 && c.selected("B11"):
 		return fmt.Errorf("B11 needs at least 1 thread")
 	}
