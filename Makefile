@@ -14,7 +14,7 @@ PROTO_TOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-connect-go
 
 FUZZTIME ?= 10s
 
-.PHONY: all test unit lint fuzz tools proto proto-check debian-etcd integration campaign cluster demo bench clean
+.PHONY: all test unit lint fuzz tools proto proto-check debian-etcd integration campaign cluster demo bench clean ts ts-bench
 
 all: lint test
 
@@ -91,8 +91,15 @@ campaign: tools
 cluster: tools
 	$(GO) run ./integration/cmd/cluster
 
-## test: everything CI checks: lint, the race-enabled tests, brief fuzzing.
-test: lint unit fuzz
+## ts: the TypeScript client (clients/typescript): npm ci from the lockfile,
+## the generated code is fresh, tsc --noEmit, and its tests against a cairnd
+## the tests build and start.
+ts:
+	cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run check
+
+## test: everything CI checks: lint, the race-enabled tests, brief fuzzing,
+## the TypeScript client.
+test: lint unit fuzz ts
 
 ## demo: the quickstart on an embedded etcd and a local S3 server (versitygw
 ## from ./bin; nothing outside this machine): capture a workspace into
@@ -107,6 +114,14 @@ demo: $(BIN)/versitygw
 bench: $(BIN)/versitygw
 	$(GO) build -o $(BIN)/cairn-bench ./cmd/cairn-bench
 	$(BIN)/cairn-bench -v -versitygw $(BIN)/versitygw $(if $(QUICK),-quick) $(BENCHFLAGS)
+	$(MAKE) ts-bench
+
+## ts-bench: B10 with its TypeScript row: the Go client's and the TypeScript
+## client's append p50 (200 entries) through cairnd, side by side.
+ts-bench: $(BIN)/versitygw
+	cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run build
+	$(GO) build -o $(BIN)/cairn-bench ./cmd/cairn-bench
+	$(BIN)/cairn-bench -v -versitygw $(BIN)/versitygw -only B10 $(if $(QUICK),-quick) -b10-cmd "node clients/typescript/dist/bench/append.js"
 
 clean:
 	rm -rf $(BIN)

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,6 +22,10 @@ type command struct {
 	summary string // one line for cairn --help
 	help    string // what it does, with an example
 	nargs   int    // the number of positional arguments
+	// env lists the command's own flags that fall back to a CAIRN_
+	// variable; the others are command-line only (the store flags always
+	// have their variables).
+	env []string
 	// store says the command opens the store, and so takes the etcd, S3
 	// and --prefix flags.
 	store bool
@@ -47,7 +52,7 @@ func (k *call) open(ctx context.Context) error {
 }
 
 // commands are the subcommands, in the order cairn --help lists them.
-var commands []*command
+var commands = []*command{captureCmd, restoreCmd, logCmd, threadsCmd, showCmd, diffCmd, forkCmd, verifyCmd, devCmd}
 
 func lookup(name string) *command {
 	for _, c := range commands {
@@ -125,22 +130,35 @@ func (c *conn) open(ctx context.Context, k *call) error {
 	return nil
 }
 
+// flags returns a set with the command's own flags and, when store, the
+// store flags bound to cn; and the command's run function.
+func (cmd *command) flags(cn *conn, store bool) (*cli.Set, func(context.Context, *call) error) {
+	s := cli.NewSet("cairn "+cmd.name, io.Discard) // run prints the errors
+	runFn := cmd.setup(s)
+	s.VisitAll(func(f *flag.Flag) {
+		if !slices.Contains(cmd.env, f.Name) {
+			s.NoEnv(f.Name)
+		}
+	})
+	if store {
+		cn.register(s)
+	}
+	return s, runFn
+}
+
 // exec parses the command's arguments, opens the store when it needs it, and
 // runs it.
 func (cmd *command) exec(ctx context.Context, p proc, args []string) error {
-	s := cli.NewSet("cairn "+cmd.name, p.stderr)
 	var cn conn
-	if cmd.store {
-		cn.register(s)
-	}
-	runFn := cmd.setup(s)
-	s.Usage = func() { cmd.usage(p.stdout, s) }
+	s, runFn := cmd.flags(&cn, cmd.store)
+	s.Usage = func() {}
 	flags, positional, err := permute(s.FlagSet, args)
 	if err != nil {
 		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
 	}
 	if err := s.Parse(flags, p.getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			cmd.usage(p.stdout)
 			return nil
 		}
 		return err
@@ -162,11 +180,19 @@ func (cmd *command) exec(ctx context.Context, p proc, args []string) error {
 	return runFn(ctx, k)
 }
 
-// usage prints the command's help: synopsis, text and flags.
-func (cmd *command) usage(w io.Writer, s *cli.Set) {
+// usage prints the command's help: synopsis, text, its own flags and the
+// store flags.
+func (cmd *command) usage(w io.Writer) {
 	fmt.Fprintf(w, "Usage: cairn %s %s\n\n%s\n", cmd.name, cmd.args, strings.TrimSpace(cmd.help))
+	own, _ := cmd.flags(nil, false)
 	fmt.Fprintf(w, "\nFlags:\n")
-	s.PrintFlags(w)
+	own.PrintFlags(w)
+	if cmd.store {
+		store := cli.NewSet("", io.Discard)
+		new(conn).register(store)
+		fmt.Fprintf(w, "\nStore flags (as the sweeper's):\n")
+		store.PrintFlags(w)
+	}
 }
 
 // permute splits args into flags (with their values) and positional
@@ -203,23 +229,20 @@ func permute(fs *flag.FlagSet, args []string) (flags, positional []string, err e
 	return flags, positional, nil
 }
 
+// plural says "no files", "1 file" or "3 files".
 func plural(n int, what string) string {
-	switch n {
-	case 0:
-		return "no " + what
-	case 1:
+	if n == 1 {
 		return "1 " + what
 	}
-	return fmt.Sprintf("%d %ss", n, what)
+	many := what + "s"
+	if w, ok := strings.CutSuffix(what, "y"); ok {
+		many = w + "ies"
+	}
+	if n == 0 {
+		return "no " + many
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 // isUsage reports whether err is a usage error.
 func isUsage(err error) bool { return errors.Is(err, cli.ErrUsage) }
-
-// withUsage marks err as a usage error when it matches sentinel.
-func withUsage(err, sentinel error) error {
-	if errors.Is(err, sentinel) && !isUsage(err) {
-		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
-	}
-	return err
-}

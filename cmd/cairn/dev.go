@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -10,10 +11,8 @@ import (
 	"github.com/cairnstore/cairn/internal/devstack"
 )
 
-func init() { commands = append(commands, devCmd) }
-
 var devCmd = &command{
-	name: "dev", args: "[flags]", nargs: 0,
+	name: "dev", args: "[flags]", nargs: 0, env: []string{"data", "etcd-listen", "s3-listen"},
 	summary: "run a local etcd and S3 server, and print the variables that reach them",
 	help: `Runs an embedded etcd and an S3 server (gofakes3) on 127.0.0.1 in this one
 process, keeping their data in --data, so that a restart on the same
@@ -58,7 +57,10 @@ Example:
 				if ctx.Err() != nil {
 					return nil // interrupted while starting
 				}
-				return withUsage(err, devstack.ErrOptions)
+				if errors.Is(err, devstack.ErrOptions) {
+					return fmt.Errorf("%w: %w", cli.ErrUsage, err)
+				}
+				return fmt.Errorf("%w (--etcd-listen and --s3-listen choose other addresses, --data another directory)", err)
 			}
 			fmt.Fprintf(c.p.stderr, "cairn dev: etcd on %s, S3 on %s (bucket %s), data in %s; ready in %v. Ctrl-C stops.\n",
 				strings.Join(stack.EtcdEndpoints, ","), stack.S3.Endpoint, stack.S3.Bucket, stack.Dir, stack.Took.Round(time.Millisecond))

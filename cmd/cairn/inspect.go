@@ -15,10 +15,6 @@ import (
 	"github.com/cairnstore/cairn/internal/cli"
 )
 
-func init() {
-	commands = append(commands, logCmd, threadsCmd, showCmd, verifyCmd)
-}
-
 var logCmd = &command{
 	name: "log", args: "[flags] THREAD", nargs: 1, store: true,
 	summary: "list a thread's checkpoints, the head first, along the parent chain",
@@ -68,7 +64,7 @@ func headChain(ctx context.Context, store *etcdstore.Store, thread string) ([]ca
 		return nil, fmt.Errorf("thread %q: %w", thread, err)
 	}
 	if head == "" {
-		return nil, fmt.Errorf("thread %q has no checkpoint (%w): 'cairn threads' lists the threads under this --prefix", thread, errNotFound)
+		return nil, notFoundf("thread %q has no checkpoint under this --prefix ('cairn threads' lists the threads)", thread)
 	}
 	all, err := store.List(ctx, thread)
 	if err != nil {
@@ -255,7 +251,7 @@ func getCheckpoint(ctx context.Context, store cairn.Store, id string) (*cairn.Ch
 		return nil, fmt.Errorf("checkpoint %q: %w", id, err)
 	}
 	if cp == nil {
-		return nil, fmt.Errorf("no checkpoint %q under this --prefix (%w): 'cairn log THREAD' lists a thread's checkpoints", id, errNotFound)
+		return nil, notFoundf("no checkpoint %q under this --prefix ('cairn log THREAD' lists a thread's checkpoints)", id)
 	}
 	return cp, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/bucket"
 	"github.com/cairnstore/cairn/etcdstore"
+	"github.com/cairnstore/cairn/keys"
 )
 
 // envValue returns the value of name in NAME=value lines.
@@ -155,6 +156,25 @@ func TestInspect(t *testing.T) {
 			if r.code != exitNotFound || !strings.Contains(r.stderr, "404") {
 				t.Errorf("cairn %v: %v, want exit %d naming it", args, r, exitNotFound)
 			}
+		}
+	})
+	t.Run("verify-problem", func(t *testing.T) {
+		// Without its index record, cp-9 is a checkpoint Get cannot find:
+		// a broken invariant that verify reports with exit 4.
+		client, err := clientv3.New(clientv3.Config{Endpoints: []string{envValue(d.env, "CAIRN_ETCD_ENDPOINTS")}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer client.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		key := keys.NewLayout(envValue(d.env, "CAIRN_PREFIX")).Index("cp-9")
+		if resp, err := client.Delete(ctx, string(key)); err != nil || resp.Deleted != 1 {
+			t.Fatalf("delete the index record of cp-9: %v, %v", resp, err)
+		}
+		r := runCairn(t, d.env, "verify")
+		if r.code != exitProblems || !strings.Contains(r.stdout, "problem: ") || !strings.Contains(r.stderr, "verify found 1") {
+			t.Errorf("cairn verify of a broken store: %v, want exit %d and the problem", r, exitProblems)
 		}
 	})
 }

@@ -117,8 +117,16 @@ func run(p proc) int {
 var errHelp = errors.New("help")
 
 // errNotFound is matched by the errors about a checkpoint or thread that does
-// not exist.
+// not exist; notFound makes them.
 var errNotFound = errors.New("not found")
+
+// notFound is an error matching errNotFound with the message it is given.
+type notFound string
+
+func notFoundf(format string, args ...any) error { return notFound(fmt.Sprintf(format, args...)) }
+
+func (e notFound) Error() string        { return string(e) }
+func (e notFound) Is(target error) bool { return target == errNotFound }
 
 // errProblems is matched by the error of a verify that found problems.
 var errProblems = errors.New("the store has problems")
@@ -145,7 +153,7 @@ CAIRN_S3_ACCESS_KEY_ID and CAIRN_S3_SECRET_ACCESS_KEY. 'cairn dev' prints
 these variables for a local store:
 
   cairn dev --data ./dev-data     # in one terminal; then, in another:
-  eval "$(cairn dev --print-env --data ./dev-data)"
+  eval "$(cairn dev --print-env)"
   cairn capture --thread t1 ./workspace
 
 Run 'cairn COMMAND --help' for a command's flags and an example.

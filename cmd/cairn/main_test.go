@@ -6,11 +6,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -94,29 +94,16 @@ func ok(t *testing.T, env []string, args ...string) string {
 // dev is a `cairn dev` process.
 type dev struct {
 	cmd    *exec.Cmd
-	env    []string // the variables it printed, NAME=value
-	stderr *syncBuffer
+	env    []string      // the variables it printed, NAME=value
+	stderr string        // the file its stderr goes to
 	exited chan struct{} // closed when the process has exited
 	err    error         // of Wait, once exited is closed
 }
 
-// syncBuffer is a bytes.Buffer that the process's output goroutine and the
-// test may use at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
+// log returns what the process wrote to stderr so far.
+func (d *dev) log() string {
+	data, _ := os.ReadFile(d.stderr)
+	return string(data)
 }
 
 // startDev starts `cairn dev` on dir, on free ports, and waits for its
@@ -129,8 +116,13 @@ func startDev(t *testing.T, dir string) *dev {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &dev{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{})}
-	cmd.Stderr = d.stderr
+	d := &dev{cmd: cmd, stderr: filepath.Join(t.TempDir(), "dev.log"), exited: make(chan struct{})}
+	logFile, err := os.Create(d.stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close() // the child has its own copy
+	cmd.Stderr = logFile
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +153,7 @@ func startDev(t *testing.T, dir string) *dev {
 		case line, open := <-lines:
 			if !open {
 				<-d.exited
-				t.Fatalf("cairn dev exited before printing its variables: %v\n%s", d.err, d.stderr)
+				t.Fatalf("cairn dev exited before printing its variables: %v\n%s", d.err, d.log())
 			}
 			kv, found := strings.CutPrefix(line, "export ")
 			if !found {
@@ -169,7 +161,7 @@ func startDev(t *testing.T, dir string) *dev {
 			}
 			d.env = append(d.env, kv)
 		case <-timeout:
-			t.Fatalf("cairn dev printed no variables within a minute:\n%s", d.stderr)
+			t.Fatalf("cairn dev printed no variables within a minute:\n%s", d.log())
 		}
 	}
 	return d
@@ -184,7 +176,7 @@ func (d *dev) stop(t *testing.T, sig syscall.Signal) int {
 	select {
 	case <-d.exited:
 	case <-time.After(time.Minute):
-		t.Fatalf("cairn dev did not stop within a minute of %v:\n%s", sig, d.stderr)
+		t.Fatalf("cairn dev did not stop within a minute of %v:\n%s", sig, d.log())
 	}
 	var exit *exec.ExitError
 	if errors.As(d.err, &exit) {
@@ -206,6 +198,9 @@ func TestHelp(t *testing.T) {
 			t.Errorf("cairn --help does not say %q:\n%s", want, top.stdout)
 		}
 	}
+	if r := runCairn(t, nil, "help", "log"); r.code != 0 || !strings.HasPrefix(r.stdout, "Usage: cairn log ") {
+		t.Errorf("cairn help log: %v", r)
+	}
 	for _, c := range commands {
 		t.Run(c.name, func(t *testing.T) {
 			if !strings.Contains(top.stdout, "\n  "+c.name+" ") {
@@ -220,8 +215,11 @@ func TestHelp(t *testing.T) {
 					t.Errorf("cairn %s --help does not say %q:\n%s", c.name, want, r.stdout)
 				}
 			}
-			if c.store && !strings.Contains(r.stdout, "--prefix") {
-				t.Errorf("cairn %s --help lists no --prefix:\n%s", c.name, r.stdout)
+			if c.store && !strings.Contains(r.stdout, "\nStore flags (as the sweeper's):\n") || c.store && !strings.Contains(r.stdout, "--prefix") {
+				t.Errorf("cairn %s --help lists no store flags:\n%s", c.name, r.stdout)
+			}
+			if strings.Contains(r.stdout, "CAIRN_O]") || strings.Contains(r.stdout, "CAIRN_ID]") {
+				t.Errorf("cairn %s --help gives a variable to a command-line-only flag:\n%s", c.name, r.stdout)
 			}
 		})
 	}
@@ -239,7 +237,7 @@ func TestUsageErrors(t *testing.T) {
 		{name: "unknown-command", args: []string{"frobnicate"}, want: `unknown command "frobnicate"`},
 		{name: "unknown-flag", env: store, args: []string{"log", "--bogus", "t1"}, want: "-bogus"},
 		{name: "missing-argument", env: store, args: []string{"log"}, want: "want 1 argument, got 0"},
-		{name: "extra-argument", env: store, args: []string{"threads", "x"}, want: "want no argument, got 1"},
+		{name: "extra-argument", env: store, args: []string{"threads", "x"}, want: "want no arguments, got 1"},
 		{name: "flag-without-value", env: store, args: []string{"log", "t1", "-n"}, want: "flag needs an argument: -n"},
 		{name: "no-prefix", env: store[1:], args: []string{"threads"}, want: "--prefix (or CAIRN_PREFIX) is required"},
 		{name: "no-bucket", env: []string{"CAIRN_PREFIX=p/"}, args: []string{"threads"}, want: "--s3-bucket (or CAIRN_S3_BUCKET) is required"},
@@ -254,7 +252,7 @@ func TestUsageErrors(t *testing.T) {
 		{name: "capture-bad-concurrency", env: store, args: []string{"capture", "--thread", "t1", "--concurrency", "-1", "."}, want: "--concurrency must be 0"},
 		{name: "restore-include", env: store, args: []string{"restore", "--include", "*.go", "cp-1", "out"}, want: "--include applies to capture"},
 		{name: "restore-one-argument", env: store, args: []string{"restore", "cp-1"}, want: "want 2 arguments, got 1"},
-		{name: "fork-without-thread", env: store, args: []string{"fork", "cp-1"}, want: "--thread (or CAIRN_THREAD) is required"},
+		{name: "fork-without-thread", env: store, args: []string{"fork", "cp-1"}, want: "--thread is required"},
 		{name: "dev-not-loopback", args: []string{"dev", "--data", "d", "--s3-listen", "0.0.0.0:9000"}, want: "loopback"},
 		{name: "dev-print-env-free-port", args: []string{"dev", "--print-env", "--etcd-listen", "127.0.0.1:0"}, want: "leaves the port to choose"},
 	}
@@ -266,6 +264,9 @@ func TestUsageErrors(t *testing.T) {
 			}
 			if !strings.Contains(r.stderr, tt.want) {
 				t.Errorf("stderr does not say %q:\n%s", tt.want, r.stderr)
+			}
+			if r.stdout != "" {
+				t.Errorf("a usage error printed on stdout:\n%s", r.stdout)
 			}
 		})
 	}
@@ -297,11 +298,70 @@ func TestDevStopsOnSignal(t *testing.T) {
 		t.Run(sig.String(), func(t *testing.T) {
 			d := startDev(t, t.TempDir())
 			if code := d.stop(t, sig); code != 0 {
-				t.Fatalf("cairn dev exited %d on %v, want 0:\n%s", code, sig, d.stderr)
+				t.Fatalf("cairn dev exited %d on %v, want 0:\n%s", code, sig, d.log())
 			}
-			if !strings.Contains(d.stderr.String(), "stopped") {
-				t.Errorf("cairn dev did not say it stopped:\n%s", d.stderr)
+			if !strings.Contains(d.log(), "stopped") {
+				t.Errorf("cairn dev did not say it stopped:\n%s", d.log())
 			}
 		})
+	}
+}
+
+func TestDevBusyPort(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { busy.Close() })
+	r := runCairn(t, nil, "dev", "--data", t.TempDir(), "--etcd-listen", "127.0.0.1:0", "--s3-listen", busy.Addr().String())
+	if r.code != exitFailure || !strings.Contains(r.stderr, busy.Addr().String()) || !strings.Contains(r.stderr, "--s3-listen") {
+		t.Errorf("cairn dev on a busy port: %v, want exit 1 naming the address and the flag", r)
+	}
+}
+
+// TestInterrupted stops a command that waits for an etcd that accepts
+// connections and never answers: SIGINT ends it with exit 130.
+func TestInterrupted(t *testing.T) {
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { silent.Close() })
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := silent.Accept()
+		if err == nil {
+			accepted <- c
+		}
+		close(accepted)
+	}()
+	cmd := exec.Command(binary, "threads", "--probe-timeout", "5m", "--etcd-dial-timeout", "5m")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "CAIRN_PREFIX=p/", "CAIRN_S3_BUCKET=b", "CAIRN_ETCD_ENDPOINTS=" + silent.Addr().String()}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// A connection means the command runs, its signal handler in place.
+	select {
+	case c := <-accepted:
+		if c != nil {
+			defer c.Close()
+		}
+	case <-time.After(time.Minute):
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatal("the command did not connect within a minute")
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != exitInterrupted {
+		t.Fatalf("exit %v, want %d:\n%s", err, exitInterrupted, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "interrupted") {
+		t.Errorf("stderr does not say it was interrupted:\n%s", stderr.String())
 	}
 }

@@ -91,6 +91,17 @@ func TestFormat(t *testing.T) {
 	}
 }
 
+func TestPlural(t *testing.T) {
+	for _, tt := range []struct {
+		n          int
+		what, want string
+	}{{0, "file", "no files"}, {1, "file", "1 file"}, {2, "file", "2 files"}, {3, "empty directory", "3 empty directories"}, {1, "stale entry", "1 stale entry"}} {
+		if got := plural(tt.n, tt.what); got != tt.want {
+			t.Errorf("plural(%d, %q) = %q, want %q", tt.n, tt.what, got, tt.want)
+		}
+	}
+}
+
 func TestBar(t *testing.T) {
 	t.Run("not-a-terminal", func(t *testing.T) {
 		var out bytes.Buffer

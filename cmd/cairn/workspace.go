@@ -2,17 +2,17 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"os"
+	"path/filepath"
 	"text/tabwriter"
 
 	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/internal/cli"
 	"github.com/cairnstore/cairn/snapshot"
 )
-
-func init() {
-	commands = append([]*command{captureCmd, restoreCmd, forkCmd, diffCmd}, commands...)
-}
 
 // filterFlags registers the flags that choose which paths a capture takes
 // and a restore leaves alone, and the transfer concurrency.
@@ -21,8 +21,38 @@ func filterFlags(s *cli.Set, o *snapshot.Options) {
 	s.Var(cli.List{L: &o.Exclude}, "exclude", "comma-separated patterns to leave out, with everything under them; they win over --include")
 	s.BoolVar(&o.NoDefaultExcludes, "no-default-excludes", false, "also take .git, node_modules and .env* (left out by default)")
 	s.IntVar(&o.Concurrency, "concurrency", 0, fmt.Sprintf("files transferred at once (0: %d)", snapshot.DefaultConcurrency))
-	s.StringVar(&o.StatCache, "stat-cache", "", "file that remembers each file's digest by its stat, so that a re-capture hashes only changed files")
+	o.StatCache = "auto"
+	s.StringVar(&o.StatCache, "stat-cache", o.StatCache, "file that remembers each file's digest by its stat, so that a re-capture hashes only changed files; auto: one per directory under the user cache directory; off: none")
 }
+
+// resolveStatCache turns the --stat-cache value into the file for dir:
+// "off" gives none, "auto" a file under the user cache directory named by
+// the SHA-256 of dir's absolute path (none when there is no cache
+// directory), anything else the path given.
+func resolveStatCache(o *snapshot.Options, dir string) {
+	switch o.StatCache {
+	case "off":
+		o.StatCache = ""
+	case "auto":
+		o.StatCache = ""
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return
+		}
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			return
+		}
+		sum := sha256.Sum256([]byte(abs))
+		caches := filepath.Join(cache, "cairn", "stat-cache")
+		if os.MkdirAll(caches, 0o700) == nil {
+			o.StatCache = filepath.Join(caches, hex.EncodeToString(sum[:16]))
+		}
+	}
+}
+
+// filterEnv are the flags of filterFlags that fall back to CAIRN_ variables.
+var filterEnv = []string{"include", "exclude", "no-default-excludes", "concurrency", "stat-cache"}
 
 // checkConcurrency refuses a negative --concurrency.
 func checkConcurrency(o *snapshot.Options) error {
@@ -41,6 +71,7 @@ func progressTo(c *call) (func(snapshot.Progress), func()) {
 
 var captureCmd = &command{
 	name: "capture", args: "--thread THREAD [flags] DIR", nargs: 1, store: true,
+	env:     append([]string{"thread"}, filterEnv...),
 	summary: "capture a directory into a new checkpoint at the thread's head, print its id",
 	help: `Captures DIR (every file and empty directory, without .git, node_modules and
 .env*) into content-addressed blobs in the bucket, uploading only the bytes the
@@ -73,6 +104,7 @@ Example:
 				return err
 			}
 			in.Dir = c.args[0]
+			resolveStatCache(&in.Options, in.Dir)
 			var finish func()
 			in.Options.Progress, finish = progressTo(c)
 			res, err := snapshot.Save(ctx, c.store, c.blobs, in)
@@ -81,8 +113,9 @@ Example:
 				return fmt.Errorf("capture %s into thread %q: %w", in.Dir, in.ThreadID, err)
 			}
 			st := res.Stats
-			fmt.Fprintf(c.p.stderr, "captured %s: %d files, %s, %d empty directories; uploaded %d blobs (%s), %d already in the bucket\n",
-				in.Dir, st.Files, formatBytes(st.Bytes), st.Dirs, st.Uploaded, formatBytes(st.UploadedBytes), st.Present)
+			fmt.Fprintf(c.p.stderr, "captured %s: %s, %s, %s; hashed %d; uploaded %s (%s), %d already in the bucket\n",
+				in.Dir, plural(st.Files, "file"), formatBytes(st.Bytes), plural(st.Dirs, "empty directory"),
+				st.Hashed, plural(st.Uploaded, "blob"), formatBytes(st.UploadedBytes), st.Present)
 			fmt.Fprintln(c.p.stdout, res.Checkpoint.ID)
 			return nil
 		}
@@ -90,7 +123,7 @@ Example:
 }
 
 var restoreCmd = &command{
-	name: "restore", args: "[flags] CHECKPOINT DIR", nargs: 2, store: true,
+	name: "restore", args: "[flags] CHECKPOINT DIR", nargs: 2, store: true, env: filterEnv,
 	summary: "write a checkpoint's files into a directory",
 	help: `Writes the files and empty directories of CHECKPOINT into DIR, creating it
 when missing. Every blob is downloaded and checked against its key and size
@@ -115,6 +148,7 @@ Example:
 				return err
 			}
 			id, dir := c.args[0], c.args[1]
+			resolveStatCache(&opts, dir)
 			cp, err := getCheckpoint(ctx, c.store, id)
 			if err != nil {
 				return err
@@ -126,8 +160,8 @@ Example:
 			if err != nil {
 				return fmt.Errorf("restore %s into %s: %w", id, dir, err)
 			}
-			fmt.Fprintf(c.p.stderr, "restored %s into %s: %d files, %s, %d empty directories; removed %d stale entries\n",
-				id, dir, st.Files, formatBytes(st.Bytes), st.Dirs, st.Removed)
+			fmt.Fprintf(c.p.stderr, "restored %s into %s: %s, %s, %s; removed %s\n",
+				id, dir, plural(st.Files, "file"), formatBytes(st.Bytes), plural(st.Dirs, "empty directory"), plural(st.Removed, "stale entry"))
 			return nil
 		}
 	},
@@ -149,7 +183,7 @@ Example:
 		s.StringVar(&in.DestinationCheckpointID, "id", "", "id of the new root (empty: a random UUID)")
 		return func(ctx context.Context, c *call) error {
 			if in.DestinationThreadID == "" {
-				return cli.Usagef("--thread (or %s) is required: the new thread to fork into", cli.EnvName("thread"))
+				return cli.Usagef("--thread is required: the new thread to fork into")
 			}
 			if err := c.open(ctx); err != nil {
 				return err

@@ -37,6 +37,7 @@ const redacted = "[redacted]"
 type Set struct {
 	*flag.FlagSet
 	aliases   map[string][]string
+	noEnv     map[string]bool
 	redactors map[string]func(string) string
 	sources   map[string]string
 	getenv    func(string) string
@@ -48,8 +49,13 @@ type Set struct {
 func NewSet(name string, out io.Writer) *Set {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(out)
-	return &Set{FlagSet: fs, aliases: map[string][]string{}, redactors: map[string]func(string) string{}}
+	return &Set{FlagSet: fs, aliases: map[string][]string{}, noEnv: map[string]bool{}, redactors: map[string]func(string) string{}}
 }
+
+// NoEnv makes flag a command-line flag only, with no variable to fall back
+// to: for flags such as an output format that the environment should not
+// change behind a script's back.
+func (s *Set) NoEnv(flagName string) { s.noEnv[flagName] = true }
 
 // Alias makes flag fall back to the variable env after its CAIRN_ variable.
 func (s *Set) Alias(flagName, env string) {
@@ -69,8 +75,12 @@ func (s *Set) Secret(flagName string) {
 // redact makes LogValue show the flag's value through f.
 func (s *Set) redact(flagName string, f func(string) string) { s.redactors[flagName] = f }
 
-// Variables returns the environment variables flag falls back to, in order.
+// Variables returns the environment variables flag falls back to, in order;
+// none for a NoEnv flag.
 func (s *Set) Variables(flagName string) []string {
+	if s.noEnv[flagName] {
+		return nil
+	}
 	return append([]string{EnvName(flagName)}, s.aliases[flagName]...)
 }
 
@@ -163,7 +173,11 @@ func (s *Set) PrintFlags(w io.Writer) {
 		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
 			def = fmt.Sprintf(" (default %s)", f.DefValue)
 		}
-		fmt.Fprintf(w, "  --%s\n    \t%s%s [%s]\n", f.Name, f.Usage, def, strings.Join(s.Variables(f.Name), ", "))
+		env := ""
+		if vars := s.Variables(f.Name); len(vars) > 0 {
+			env = " [" + strings.Join(vars, ", ") + "]"
+		}
+		fmt.Fprintf(w, "  --%s\n    \t%s%s%s\n", f.Name, f.Usage, def, env)
 	})
 }
 

@@ -109,3 +109,28 @@ func TestSetLogValueRedacts(t *testing.T) {
 		t.Errorf("the log does not say the S3 secret is set: %s", out.String())
 	}
 }
+
+func TestSetNoEnv(t *testing.T) {
+	s := NewSet("test", &bytes.Buffer{})
+	out := s.String("output", "text", "output format")
+	grace := s.String("grace", "", "a value")
+	s.NoEnv("output")
+	env := map[string]string{"CAIRN_OUTPUT": "json", "CAIRN_GRACE": "2h"}
+	if err := s.Parse(nil, func(k string) string { return env[k] }); err != nil {
+		t.Fatal(err)
+	}
+	if *out != "text" || s.Source("output") != "default" {
+		t.Errorf("output = %q from %q; want the default, CAIRN_OUTPUT ignored", *out, s.Source("output"))
+	}
+	if *grace != "2h" {
+		t.Errorf("grace = %q; want 2h from CAIRN_GRACE", *grace)
+	}
+	if v := s.Variables("output"); len(v) != 0 {
+		t.Errorf("Variables(output) = %q; want none", v)
+	}
+	var help bytes.Buffer
+	s.PrintFlags(&help)
+	if strings.Contains(help.String(), "CAIRN_OUTPUT") || !strings.Contains(help.String(), "[CAIRN_GRACE]") {
+		t.Errorf("PrintFlags:\n%s", help.String())
+	}
+}

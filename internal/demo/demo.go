@@ -31,6 +31,7 @@ import (
 	"github.com/cairnstore/cairn/etcdstore"
 	"github.com/cairnstore/cairn/internal/embedetcd"
 	"github.com/cairnstore/cairn/internal/sidecar"
+	"github.com/cairnstore/cairn/snapshot"
 )
 
 // Options configure Run. The zero value of each field selects its default.
@@ -222,15 +223,15 @@ func Run(ctx context.Context, opts Options) (res Result, err error) {
 // capture, and returns the directory each thread's head should restore to.
 func (d *demo) captureAll(ctx context.Context, src, work string, res *Result) (map[string]string, error) {
 	heads := map[string]string{}
-	count := func(up bucket.UploadResult) {
+	count := func(st snapshot.CaptureStats) {
 		res.Captures++
-		res.Uploaded += len(up.Uploaded)
-		res.Reused += len(up.Present)
+		res.Uploaded += st.Uploaded
+		res.Reused += st.Present
 	}
 	var forkFrom *cairn.Checkpoint
 	for _, thread := range threads {
 		dir := filepath.Join(work, thread)
-		if err := copyDir(src, dir); err != nil {
+		if err := os.CopyFS(dir, os.DirFS(src)); err != nil {
 			return nil, err
 		}
 		for turn := 1; turn <= turns; turn++ {
@@ -261,17 +262,12 @@ func (d *demo) captureAll(ctx context.Context, src, work string, res *Result) (m
 
 	// Fork gamma at turn 2 into a new thread, restore the fork's files from
 	// the bucket, and take two more turns there.
-	lease, err := d.store.AcquireWriter(ctx, forkThread)
-	if err != nil {
-		return nil, err
-	}
 	d.seq++
-	root, err := d.store.ForkFromCheckpoint(ctx, cairn.ForkInput{
+	root, err := snapshot.Fork(ctx, d.store, snapshot.ForkInput{
 		SourceThreadID: forkSource, SourceCheckpointID: forkFrom.ID,
 		DestinationThreadID: forkThread, DestinationCheckpointID: forkThread + "-root",
-		CreatedAt: baseTime + float64(d.seq)*1000, Writer: lease.Writer,
+		CreatedAt: baseTime + float64(d.seq)*1000,
 	})
-	lease.Release(context.WithoutCancel(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("fork: %w", err)
 	}
@@ -301,7 +297,7 @@ func (d *demo) captureAll(ctx context.Context, src, work string, res *Result) (m
 		bucket.FileBlob([]byte("# Draft\n\nA capture that never finished uploaded this file.\n")),
 		bucket.ArtifactBlob([]byte("partial test output\n")),
 	}
-	lease, err = d.store.AcquireWriter(ctx, "crashed")
+	lease, err := d.store.AcquireWriter(ctx, "crashed")
 	if err != nil {
 		return nil, err
 	}

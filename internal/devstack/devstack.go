@@ -5,6 +5,13 @@
 // `cairnd --dev` run it; Env gives the CAIRN_ variables that point the cairn
 // command, the sweeper and an application at it.
 //
+// Both servers run in the process, so nothing but the Go module has to be
+// built or installed: versitygw (the integration tests' S3 server) would be a
+// second binary to compile, and s3mem would lose the bucket at every stop.
+// gofakes3 over bbolt keeps it in one file, and supports the conditional put
+// (If-None-Match) the bucket package uses by default. A start on a directory
+// that holds data takes about half a second (BenchmarkStart).
+//
 // The S3 server checks no credentials and no signature: it is for a
 // developer's machine, never for anything reachable from elsewhere, which is
 // why Start refuses addresses that are not loopback.
@@ -73,7 +80,7 @@ type Stack struct {
 	S3 bucket.Config
 	// Prefix is the etcdstore prefix the stack's Env selects.
 	Prefix string
-	// Dir is the data directory.
+	// Dir is the data directory, absolute.
 	Dir string
 	// Took is how long Start took, both servers up.
 	Took time.Duration
@@ -109,6 +116,9 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	}
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("devstack: data directory: %w", err)
+	}
+	if abs, err := filepath.Abs(opts.Dir); err == nil {
+		opts.Dir = abs
 	}
 	s := &Stack{Dir: opts.Dir, Prefix: Prefix, done: make(chan error, 1)}
 

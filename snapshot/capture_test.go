@@ -1,0 +1,364 @@
+package snapshot_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/bucket"
+	"github.com/cairnstore/cairn/snapshot"
+)
+
+func TestCaptureRestoreRoundTrip(t *testing.T) {
+	cases := []struct {
+		name  string
+		tree  map[string]string
+		opts  snapshot.Options
+		want  []string          // manifest paths, dirs with a trailing slash
+		after map[string]string // the restored tree; nil means tree
+	}{
+		{
+			name: "unicode names",
+			tree: map[string]string{"é/ü.txt": "umlaut", "日本.md": "# 日本", "emoji-🙂": "smile"},
+			want: []string{"emoji-🙂", "é/ü.txt", "日本.md"},
+		},
+		{
+			name: "invalid UTF-8 name",
+			tree: map[string]string{"bad\xffname.txt": "bytes", "ok.txt": "ok"},
+			want: []string{"bad\xffname.txt", "ok.txt"},
+		},
+		{
+			name: "empty directories",
+			tree: map[string]string{"a/": "", "b/c/": "", "d/x.txt": "x", "d/e/": ""},
+			want: []string{"a/", "b/c/", "d/e/", "d/x.txt"},
+		},
+		{
+			name: "sorted by the bytes of the path",
+			tree: map[string]string{"a/b": "1", "a.b": "2", "a-b": "3", "A": "4"},
+			want: []string{"A", "a-b", "a.b", "a/b"},
+		},
+		{
+			name: "default excludes at any depth",
+			tree: map[string]string{
+				".git/config": "[core]", "node_modules/x/y.js": "js", "sub/.env.local": "SECRET=1", "sub/.envrc": "x",
+				"sub/node_modules/z.js": "js", "sub/main.go": "package main", "only/.git/HEAD": "ref",
+			},
+			want:  []string{"only/", "sub/main.go"},
+			after: map[string]string{"only/": "", "sub/main.go": "package main"},
+		},
+		{
+			name: "no default excludes",
+			tree: map[string]string{".git/config": "[core]", ".env": "A=1"},
+			opts: snapshot.Options{NoDefaultExcludes: true},
+			want: []string{".env", ".git/config"},
+		},
+		{
+			name:  "include and exclude, exclude wins",
+			tree:  map[string]string{"a.go": "a", "vendor/b.go": "b", "docs/x.md": "x", "c/d.go": "d", "c/d_test.go": "t"},
+			opts:  snapshot.Options{Include: []string{"*.go"}, Exclude: []string{"vendor", "c/*_test.go"}},
+			want:  []string{"a.go", "c/d.go", "docs/"},
+			after: map[string]string{"a.go": "a", "c/d.go": "d", "docs/": ""},
+		},
+		{
+			name: "repeated contents share a blob",
+			tree: map[string]string{"x": "same", "y/z": "same", "empty": ""},
+			want: []string{"empty", "x", "y/z"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			e := newEnv(t)
+			src := t.TempDir()
+			writeTree(t, src, tc.tree)
+			m, err := snapshot.CaptureDir(ctx, src, nil, e.uploader(t, "t"), &tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := paths(m.Files); !slices.Equal(got, tc.want) {
+				t.Fatalf("manifest %q, want %q", got, tc.want)
+			}
+			if err := cairn.ValidateEntries(m.Files); err != nil {
+				t.Fatalf("the store refuses the manifest: %v", err)
+			}
+			for _, f := range m.Files {
+				if f.Kind == cairn.KindFile && f.BlobKey != bucket.FileKey([]byte(tc.tree[f.Path])) {
+					t.Errorf("%s: key %s, want the SHA-256 of its bytes", f.Path, f.BlobKey)
+				}
+			}
+			dst := filepath.Join(t.TempDir(), "out")
+			cp := &cairn.Checkpoint{ID: "c", ThreadID: "t", Files: m.Files}
+			if _, err := snapshot.Restore(ctx, e.blobs, cp, dst, nil); err != nil {
+				t.Fatal(err)
+			}
+			want := tc.after
+			if want == nil {
+				want = tc.tree
+			}
+			if got := readTree(t, dst); !mapsEqual(got, want) {
+				t.Fatalf("restored %q, want %q", sortedKeys(got), sortedKeys(want))
+			}
+		})
+	}
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+func TestCaptureRefuses(t *testing.T) {
+	cases := []struct {
+		name  string
+		setup func(t *testing.T, dir string)
+		code  *snapshot.Error
+		path  string
+	}{
+		{"symlink", func(t *testing.T, dir string) {
+			if err := os.Symlink("target", filepath.Join(dir, "sub", "link")); err != nil {
+				t.Fatal(err)
+			}
+		}, snapshot.ErrUnsupportedEntry, "sub/link"},
+		{"executable", func(t *testing.T, dir string) {
+			writeTree(t, dir, map[string]string{"run.sh": "#!/bin/sh\n"})
+			if err := os.Chmod(filepath.Join(dir, "run.sh"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, snapshot.ErrUnsupportedEntry, "run.sh"},
+		{"named pipe", func(t *testing.T, dir string) {
+			if err := syscall.Mkfifo(filepath.Join(dir, "pipe"), 0o644); err != nil {
+				t.Skip("no named pipes here:", err)
+			}
+		}, snapshot.ErrUnsupportedEntry, "pipe"},
+		{"backslash in a name", func(t *testing.T, dir string) {
+			writeTree(t, dir, map[string]string{`a\b`: "x"})
+		}, snapshot.ErrInvalidPath, `a\b`},
+		{"drive-like name", func(t *testing.T, dir string) {
+			writeTree(t, dir, map[string]string{"C:foo": "x"})
+		}, snapshot.ErrInvalidPath, "C:foo"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			dir := t.TempDir()
+			writeTree(t, dir, map[string]string{"sub/ok.txt": "ok"})
+			tc.setup(t, dir)
+			_, err := snapshot.CaptureDir(context.Background(), dir, nil, e.uploader(t, "t"), nil)
+			var se *snapshot.Error
+			if !errors.Is(err, tc.code) || !errors.As(err, &se) || se.Path != tc.path {
+				t.Fatalf("error %v, want %s naming %q", err, tc.code.Code, tc.path)
+			}
+			if e.blobs.Len() != 0 {
+				t.Fatalf("%d blobs uploaded by a refused capture", e.blobs.Len())
+			}
+		})
+	}
+}
+
+// TestCaptureDetectsChange changes a file after it was hashed and before it
+// is uploaded: the upload must stop short and store nothing under the key.
+func TestCaptureDetectsChange(t *testing.T) {
+	cases := []struct {
+		name   string
+		bucket func(t *testing.T) streamBlobs
+	}{
+		{"memory bucket", func(t *testing.T) streamBlobs { return bucket.NewMemory(nil) }},
+		{"S3 bucket", func(t *testing.T) streamBlobs { return fakeS3(t) }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			e := newEnv(t)
+			b := tc.bucket(t)
+			dir := t.TempDir()
+			writeTree(t, dir, map[string]string{"a.txt": "before", "b.txt": "steady"})
+			hb := &hookBucket{streamBlobs: b}
+			changedKey := bucket.FileKey([]byte("before"))
+			hb.onHead = func(key string) {
+				if key == changedKey {
+					if err := os.WriteFile(filepath.Join(dir, "a.txt"), []byte("after!"), 0o644); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+			up := e.uploader(t, "t")
+			up.Bucket = hb
+			_, err := snapshot.CaptureDir(ctx, dir, nil, up, &snapshot.Options{Concurrency: 1})
+			var se *snapshot.Error
+			if !errors.Is(err, snapshot.ErrFileChanged) || !errors.As(err, &se) || se.Path != "a.txt" {
+				t.Fatalf("error %v, want ErrFileChanged naming a.txt", err)
+			}
+			if hb.putCount() == 0 {
+				t.Fatal("the changed file was never sent: the test did not reach the upload")
+			}
+			for _, k := range []string{changedKey, bucket.FileKey([]byte("after!"))} {
+				if _, err := b.Head(ctx, k); !errors.Is(err, bucket.ErrNotFound) {
+					t.Fatalf("the bucket holds %s after the changed upload (err %v)", k, err)
+				}
+			}
+		})
+	}
+}
+
+// TestS3RoundTrip captures into and restores from a bucket.S3, streaming.
+func TestS3RoundTrip(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	b := fakeS3(t)
+	tree := map[string]string{"a.txt": strings.Repeat("a", 3<<20), "b/c.txt": "c", "d/": ""}
+	src := t.TempDir()
+	writeTree(t, src, tree)
+	up := e.uploader(t, "t")
+	up.Bucket = b
+	m, err := snapshot.CaptureDir(ctx, src, nil, up, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "out")
+	if _, err := snapshot.Restore(ctx, b, &cairn.Checkpoint{Files: m.Files}, dst, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := readTree(t, dst); !mapsEqual(got, tree) {
+		t.Fatalf("restored %q", sortedKeys(got))
+	}
+}
+
+func TestCaptureUnchangedUploadsNothing(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	dir := t.TempDir()
+	writeTree(t, dir, map[string]string{"a": "1", "b/c": "2", "d/": ""})
+	hb := &hookBucket{streamBlobs: e.blobs}
+	up := e.uploader(t, "t")
+	up.Bucket = hb
+	first, err := snapshot.CaptureDir(ctx, dir, nil, up, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Stats.Uploaded != 2 || hb.putCount() != 2 {
+		t.Fatalf("first capture: %+v, %d puts; want 2 uploads", first.Stats, hb.putCount())
+	}
+	second, err := snapshot.CaptureDir(ctx, dir, nil, up, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Stats.Uploaded != 0 || second.Stats.Present != 2 || hb.putCount() != 2 {
+		t.Fatalf("re-capture: %+v, %d puts in all; want nothing uploaded", second.Stats, hb.putCount())
+	}
+	if !slices.Equal(paths(first.Files), paths(second.Files)) {
+		t.Fatalf("manifests differ: %q, %q", paths(first.Files), paths(second.Files))
+	}
+}
+
+// TestStatCache: an unchanged tree is not read again, a changed file is, and
+// a corrupt cache is ignored.
+func TestStatCache(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	dir := t.TempDir()
+	tree := map[string]string{"a": "1", "b/c": "2", "b/d": "3", "e": "4"}
+	writeTree(t, dir, tree)
+	old := time.Now().Add(-time.Hour)
+	for p := range tree {
+		if err := os.Chtimes(filepath.Join(dir, p), old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cache := filepath.Join(t.TempDir(), "stat.cache")
+	opts := &snapshot.Options{StatCache: cache}
+	up := e.uploader(t, "t")
+	capture := func(wantHashed int) *snapshot.Manifest {
+		t.Helper()
+		m, err := snapshot.CaptureDir(ctx, dir, nil, up, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Stats.Hashed != wantHashed {
+			t.Fatalf("hashed %d files, want %d", m.Stats.Hashed, wantHashed)
+		}
+		return m
+	}
+	capture(4)
+	capture(0)
+	if err := os.WriteFile(filepath.Join(dir, "b", "c"), []byte("9"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	newer := old.Add(time.Minute)
+	if err := os.Chtimes(filepath.Join(dir, "b", "c"), newer, newer); err != nil {
+		t.Fatal(err)
+	}
+	m := capture(1)
+	for _, f := range m.Files {
+		if f.Path == "b/c" && f.BlobKey != bucket.FileKey([]byte("9")) {
+			t.Fatalf("b/c has key %s, want that of its new bytes", f.BlobKey)
+		}
+	}
+	data, err := os.ReadFile(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)-10] ^= 0x20
+	if err := os.WriteFile(cache, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	capture(4)
+}
+
+func TestCaptureFSAndArtifacts(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	dir := t.TempDir()
+	writeTree(t, dir, map[string]string{"x.txt": "x"})
+	arts := []snapshot.ArtifactSource{
+		snapshot.ArtifactBytes("r2", "late.txt", "text/plain", 20, []byte("late")),
+		snapshot.ArtifactBytes("r1", "early.txt", "text/plain", 10, []byte("early")),
+	}
+	m, err := snapshot.CaptureFS(ctx, os.DirFS(dir), arts, e.uploader(t, "t"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Artifacts) != 2 || m.Artifacts[0].ArtifactID != "r1" || m.Artifacts[1].BlobKey != bucket.ArtifactKey([]byte("late")) || m.Artifacts[1].Size != 4 {
+		t.Fatalf("artifacts %+v", m.Artifacts)
+	}
+	if err := cairn.ValidateArtifacts(m.Artifacts); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bucket.ReadBlob(ctx, e.blobs, m.Artifacts[0].BlobKey); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCaptureClaimsFirst: a capture by a writer whose lease is gone fails
+// with the store's ErrWriterLost before it uploads anything.
+func TestCaptureClaimsFirst(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	dir := t.TempDir()
+	writeTree(t, dir, map[string]string{"a": "1"})
+	lease, err := e.store.AcquireWriter(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease.Release(ctx)
+	up := snapshot.Uploader{Bucket: e.blobs, Claimer: e.store, Writer: lease.Writer}
+	if _, err := snapshot.CaptureDir(ctx, dir, nil, up, nil); !errors.Is(err, cairn.ErrWriterLost) {
+		t.Fatalf("error %v, want ErrWriterLost", err)
+	}
+	if e.blobs.Len() != 0 {
+		t.Fatal("a capture without claims uploaded blobs")
+	}
+}
