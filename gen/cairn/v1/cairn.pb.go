@@ -7,12 +7,7 @@
 //
 //   - Text fields are strings without UTF-8 validation (the contract stores
 //     ids, paths, labels and names byte for byte, and rejects invalid ids
-//     itself). A JSON client sends text as JSON strings, which cannot carry
-//     text that is not UTF-8; nor can protobuf-es encode a JavaScript string
-//     with a lone surrogate (it becomes U+FFFD). A JavaScript client rejects
-//     an id that is not well formed (String.prototype.isWellFormed) with
-//     SANDBOX_SNAPSHOT_INVALID_ID itself: id checks come first in every
-//     check order.
+//     itself). A JSON client sends text as JSON strings.
 //   - A field with explicit presence that is absent means null or "not
 //     given": parent_checkpoint_id absent is a root, expected_head_id absent
 //     is "the thread must be empty". Present and empty is the empty string,
