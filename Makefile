@@ -33,8 +33,15 @@ proto: $(PROTO_TOOLS)
 proto-check: $(PROTO_TOOLS)
 	BIN=$(BIN) bash scripts/proto-check.sh
 
-$(BIN)/buf:
-	GOBIN=$(BIN) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
+# buf comes prebuilt from the npm registry, as the TypeScript client's
+# lockfile pins it (@bufbuild/buf, the same version as BUF_VERSION): compiling
+# it from source would cost minutes of every clean CI run.
+$(BIN)/buf: clients/typescript/package-lock.json
+	@grep -q '"@bufbuild/buf": "$(BUF_VERSION:v%=%)"' clients/typescript/package.json || \
+	  { echo "clients/typescript/package.json does not pin @bufbuild/buf $(BUF_VERSION:v%=%) (BUF_VERSION)"; exit 1; }
+	@echo "installing buf $(BUF_VERSION) from the npm registry (npm ci in clients/typescript)"
+	cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error
+	mkdir -p $(BIN) && ln -sf $(CURDIR)/clients/typescript/node_modules/.bin/buf $(BIN)/buf
 $(BIN)/protoc-gen-go:
 	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 $(BIN)/protoc-gen-connect-go:
