@@ -34,6 +34,12 @@ import (
 //
 // The store keeps no reference to the caller's checkpoint: it is encoded
 // before any request is sent, so it needs no copy.
+//
+// Contention: a transaction that fails only because the thread changed in a
+// way the checks allow (a prune by the same lease holder, a stale cached
+// thread record) is retried on the new state, with the checks run again, for
+// as long as ctx allows (see the package documentation, Contention). Errors:
+// the contract's, in its order; ctx's error; *UnknownOutcomeError.
 func (s *Store) Append(ctx context.Context, in cairn.AppendInput) (cairn.AppendResult, error) {
 	if err := cairn.CheckAppendInput(&in); err != nil {
 		return cairn.AppendResult{}, err
@@ -334,7 +340,10 @@ func (op *appendOp) run(ctx context.Context, pending error, pendingRev int64) (e
 		return false, nil
 	}
 	var staleIdx int64
-	for range maxAttempts {
+	for {
+		if err := a.next(ctx); err != nil {
+			return err
+		}
 		st, ok := s.cached(c.ThreadID)
 		if !ok || a.pending != nil {
 			var err error
@@ -439,7 +448,6 @@ func (op *appendOp) run(ctx context.Context, pending error, pendingRev int64) (e
 		// cached thread record or a stale index record. Retry on fresh state.
 		staleIdx = ids.staleRev
 	}
-	return a.exhausted()
 }
 
 func getResp(r *etcdserverpb.ResponseOp) *clientv3.GetResponse {

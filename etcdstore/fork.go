@@ -50,6 +50,12 @@ const transcriptInline = 512 << 10
 //	     the destination id's index record is absent (or stale, as read)
 //	     the source checkpoint record and its thread record are as read
 //	Then put the records; put (or detach, when staged) the bodies
+//
+// Contention: when the source or the destination changes between the read
+// and the commit, the fork reads both again, runs the checks again in their
+// order, and retries for as long as ctx allows (see the package
+// documentation, Contention). Errors: the contract's, in its order; ctx's
+// error; *UnknownOutcomeError.
 func (s *Store) ForkFromCheckpoint(ctx context.Context, in cairn.ForkInput) (*cairn.Checkpoint, error) {
 	if err := cairn.CheckForkInput(&in); err != nil {
 		return nil, err
@@ -76,7 +82,10 @@ func (op *forkOp) run(ctx context.Context, pending error, pendingRev int64) (*ca
 	wk := s.writerKeys(dest)
 	var staging *stager
 	defer func() { staging.abort(ctx) }()
-	for range maxAttempts {
+	for {
+		if err := a.next(ctx); err != nil {
+			return nil, err
+		}
 		now := s.now()
 		rs, rev, err := s.readOnly(ctx,
 			clientv3.OpGet(string(s.layout.Index(in.SourceCheckpointID))),
@@ -231,7 +240,6 @@ func (op *forkOp) run(ctx context.Context, pending error, pendingRev int64) (*ca
 		}
 		// Something changed since the read; read and check again.
 	}
-	return nil, a.exhausted()
 }
 
 // Transcripts implements cairn.Forker: the transcript store in the same
