@@ -9,7 +9,30 @@ VERSITYGW_VERSION := v1.8.0
 
 FUZZTIME ?= 10s
 
-.PHONY: all test unit lint fuzz tools debian-etcd integration campaign cluster demo bench clean
+.PHONY: all test unit lint fuzz tools debian-etcd integration campaign cluster demo bench clean test-contended
+
+# testsum counts the events of go test -json: every test target ends with one
+# line, N passed, N failed (, N skipped), and shows the whole output of what
+# failed. The events of the last run are kept in $(RESULTS).
+TESTSUM := $(BIN)/testsum
+RESULTS := $(BIN)/test-events
+
+$(TESTSUM): $(wildcard internal/testsum/*.go)
+	@$(GO) build -o $@ ./internal/testsum
+
+# PKGS narrows unit (and test) to some packages, e.g. make unit PKGS=./keys/...
+PKGS ?= ./...
+
+# run-unit and run-fuzz are the steps of unit, fuzz and test; each keeps its
+# events in $(RESULTS).
+define run-unit
+mkdir -p $(RESULTS) && rm -f $(RESULTS)/unit.json && set -o pipefail && \
+$(GO) test -race -count=1 -json -timeout 30m $(PKGS) 2>&1 | $(TESTSUM) -log $(RESULTS)/unit.json
+endef
+define run-fuzz
+mkdir -p $(RESULTS) && rm -f $(RESULTS)/fuzz.json && \
+GO=$(GO) FUZZTIME=$(FUZZTIME) TESTSUM=$(TESTSUM) TESTSUM_LOG=$(RESULTS)/fuzz.json bash scripts/fuzz.sh
+endef
 
 all: lint test
 
@@ -44,12 +67,23 @@ debian-etcd:
 	fi
 
 ## unit: the race-enabled test suite.
-unit: tools
-	$(GO) test -race -count=1 -timeout 30m ./...
+unit: tools $(TESTSUM)
+	@s=0; ( $(run-unit) ) || s=$$?; $(TESTSUM) -summary $(RESULTS)/unit.json; exit $$s
 
 ## fuzz: run each fuzz target briefly.
-fuzz:
-	@GO=$(GO) FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh
+fuzz: $(TESTSUM)
+	@s=0; ( $(run-fuzz) ) || s=$$?; $(TESTSUM) -summary $(RESULTS)/fuzz.json; exit $$s
+
+## test-contended: the race-enabled tests of the packages that depend on
+## timing, with CONTENDERS busy-loop processes (default 2, one per core of a
+## 2-core machine) taking CPU beside them, as a loaded machine would.
+CONTENDERS ?= 2
+CONTENDED_PKGS ?= ./integration/... ./etcdstore/... ./sweep/... ./internal/sidecar/... ./conformance/...
+test-contended: tools $(TESTSUM)
+	@mkdir -p $(RESULTS) && rm -f $(RESULTS)/contended.json
+	@s=0; CONTENDERS=$(CONTENDERS) bash scripts/contended.sh \
+	  bash -c 'set -o pipefail; $(GO) test -race -count=1 -json -timeout 40m $(CONTENDED_PKGS) 2>&1 | $(TESTSUM) -log $(RESULTS)/contended.json' || s=$$?; \
+	  $(TESTSUM) -summary $(RESULTS)/contended.json; exit $$s
 
 ## integration: the integration suite alone: separate etcd processes, the
 ## fault campaign, etcd 3.4, TLS and authentication, the compose file. `make
@@ -65,12 +99,19 @@ campaign: tools
 
 ## cluster: three etcd members and versitygw on loopback, the topology of
 ## docker-compose.yml as local processes; prints the endpoints and runs until
-## Ctrl-C.
-cluster: tools
-	$(GO) run ./integration/cmd/cluster
+## Ctrl-C, which stops it (exit status 0). It needs versitygw only; the etcd
+## members are built from this module.
+cluster: $(BIN)/versitygw
+	@echo "building the cluster program into $(BIN)/cluster"
+	@$(GO) build -o $(BIN)/cluster ./integration/cmd/cluster
+	@$(BIN)/cluster
 
-## test: everything CI checks: lint, the race-enabled tests, brief fuzzing.
-test: lint unit fuzz
+## test: everything CI checks: lint, the race-enabled tests, brief fuzzing;
+## it ends with the tally of both.
+test: lint tools $(TESTSUM)
+	@rm -f $(RESULTS)/unit.json $(RESULTS)/fuzz.json
+	@s=0; ( $(run-unit) ) && ( $(run-fuzz) ) || s=$$?; \
+	  $(TESTSUM) -summary $(RESULTS)/unit.json $(RESULTS)/fuzz.json; exit $$s
 
 ## demo: the quickstart on an embedded etcd and a local S3 server (versitygw
 ## from ./bin; nothing outside this machine): capture a workspace into
