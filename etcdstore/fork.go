@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -173,9 +174,7 @@ func (op *forkOp) run(ctx context.Context, pending error, pendingRev int64) (*ca
 		}
 		root := cairn.ForkRoot(src, in)
 		op.root = &root
-		body := encodeCheckpoint(&root)
-		w := &newCheckpoint{c: &root, body: body}
-		w.refs, w.mask = refParts(&root)
+		w := newCheckpointOf(&root)
 		transcript := []byte(root.Conversation)
 		if transcript == nil {
 			transcript = []byte("[]")
@@ -201,19 +200,19 @@ func (op *forkOp) run(ctx context.Context, pending error, pendingRev int64) (*ca
 		if publishFixedOps+1+len(vals) > MaxTxnOps {
 			return nil, cairn.NewError(cairn.CodeInvalidEntry, "checkpoint %q is too large to fork in one transaction", in.SourceCheckpointID)
 		}
-		var writes []clientv3.Op
+		var writes []*etcdserverpb.RequestOp
 		if mustStage(vals, len(tv)+w.inlineBytes()) {
 			staging.abort(ctx)
 			if staging, err = s.stage(ctx, vals); err != nil {
 				staging = nil
 				return nil, a.fail(err)
 			}
-			writes = detach(vals)
+			writes = detachReqs(vals)
 		} else {
-			writes = puts(vals)
+			writes = putReqs(vals)
 		}
 		ops := append(s.records(w, destSt, seq, op.nonce), writes...)
-		ops = append(ops, clientv3.OpPut(string(s.layout.Transcript(dest)), tv))
+		ops = append(ops, putReq(string(s.layout.Transcript(dest)), []byte(tv)))
 		cmps := s.withGuards(append(fence.Guard(wk, in.Writer.OwnerToken, in.Writer.Fence, now),
 			s.threadCmp(dest, destSt),
 			clientv3.Compare(clientv3.CreateRevision(string(s.layout.Transcript(dest))), "=", 0),
@@ -221,7 +220,7 @@ func (op *forkOp) run(ctx context.Context, pending error, pendingRev int64) (*ca
 			clientv3.Compare(clientv3.ModRevision(string(srcKV.Key)), "=", srcKV.ModRevision),
 			s.threadCmp(src.ThreadID, srcSt),
 		))
-		resp, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		resp, err := s.raw.txn(ctx, cmps, ops, nil)
 		if err != nil {
 			if err := a.committed(ctx, err, destSt.rev); err != nil {
 				return nil, err
