@@ -56,9 +56,12 @@ func TestRunPrintsTheTable(t *testing.T) {
 			t.Errorf("%s: empty figure or target: %+v", r.ID, r)
 		}
 	}
-	// B5 gives two rows: the upstream sweep and the sweep under the online
-	// protocol (B5P).
-	want := slices.Insert(slices.Clone(Workloads), slices.Index(Workloads, "B5")+1, "B5P")
+	// B1 and B2 each give a second row, their client CPU; B5 gives two rows:
+	// the upstream sweep and the sweep under the online protocol (B5P).
+	want := slices.Clone(Workloads)
+	for _, after := range [][2]string{{"B1", "B1-CPU"}, {"B2", "B2-CPU"}, {"B5", "B5P"}} {
+		want = slices.Insert(want, slices.Index(want, after[0])+1, after[1])
+	}
 	if !slices.Equal(ids, want) {
 		t.Errorf("rows %v, want %v", ids, want)
 	}
