@@ -45,8 +45,13 @@ lint:
 ## install Debian's etcd 3.4 for the compatibility test.
 tools: $(BIN)/versitygw debian-etcd
 
+# progress.sh says what a long go step fetches and builds, at least every
+# ten seconds (see the script).
+PROGRESS := GO=$(GO) bash scripts/progress.sh
+
 $(BIN)/versitygw:
-	GOBIN=$(BIN) $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
+	@GOBIN=$(BIN) $(PROGRESS) "building versitygw $(VERSITYGW_VERSION) into ./bin: the S3 server the integration suite, the cluster and the demo start (the first time, its modules are downloaded and it is compiled: minutes)" \
+	  install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
 
 # Debian's etcd-server package: etcd 3.4, the oldest server the integration
 # suite checks the store against (TestConformanceOnDebianEtcd34).
@@ -59,7 +64,7 @@ debian-etcd:
 	@if [ -x $(DEBIAN_ETCD) ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && [ -f /etc/debian_version ] && command -v apt-get >/dev/null; then \
 	  echo "installing Debian's etcd-server (etcd 3.4) for the integration suite"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends etcd-server >/dev/null; \
+	  apt-get -q update && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends etcd-server; \
 	else \
 	  echo "make tools: $(DEBIAN_ETCD) is missing, and etcd-server can only be installed here as root on Debian."; \
 	  echo "  Run: sudo apt-get install etcd-server   (or set CAIRN_DEBIAN_ETCD to an etcd 3.4 binary)."; \
@@ -102,8 +107,7 @@ campaign: tools
 ## Ctrl-C, which stops it (exit status 0). It needs versitygw only; the etcd
 ## members are built from this module.
 cluster: $(BIN)/versitygw
-	@echo "building the cluster program into $(BIN)/cluster"
-	@$(GO) build -o $(BIN)/cluster ./integration/cmd/cluster
+	@$(PROGRESS) "building the cluster program into ./bin/cluster" build -o $(BIN)/cluster ./integration/cmd/cluster
 	@$(BIN)/cluster
 
 ## test: everything CI checks: lint, the race-enabled tests, brief fuzzing;
@@ -118,7 +122,9 @@ test: lint tools $(TESTSUM)
 ## checkpoints on several threads, fork, keep the newest, sweep, and print the
 ## storage before and after.
 demo: $(BIN)/versitygw
-	$(GO) run ./cmd/cairn-demo
+	@$(PROGRESS) "building the demo into ./bin/cairn-demo (the first time this compiles an embedded etcd server and an S3 client: a minute or more)" \
+	  build -o $(BIN)/cairn-demo ./cmd/cairn-demo
+	@$(BIN)/cairn-demo
 
 ## bench: cairn side by side with bare etcd and the bare S3 SDK, one table;
 ## QUICK=1 runs fewer rounds on smaller sizes, BENCHFLAGS passes more flags
