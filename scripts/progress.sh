@@ -39,7 +39,9 @@ summarise() {
     /^# get https?:\/\/.*\/@v\/.*\.zip$/ {
       url = $3; sub(/^https?:\/\/[^\/]+\//, "", url)
       mod = url; sub(/\/@v\/.*/, "", mod); ver = url; sub(/.*\/@v\//, "", ver); sub(/\.zip$/, "", ver)
-      # The proxy spells an upper-case letter as ! and the letter.
+      # The proxy spells an upper-case letter as ! and the letter (in a
+      # URL, %21 and the letter).
+      gsub(/%21/, "!", mod)
       out = ""
       while ((i = index(mod, "!")) > 0) { out = out substr(mod, 1, i - 1) toupper(substr(mod, i + 1, 1)); mod = substr(mod, i + 2) }
       mod = out mod
