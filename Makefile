@@ -14,7 +14,30 @@ PROTO_TOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-connect-go
 
 FUZZTIME ?= 10s
 
-.PHONY: all test unit lint fuzz tools proto proto-check debian-etcd integration campaign cluster demo bench clean ts ts-bench
+.PHONY: all test unit lint fuzz tools proto proto-check debian-etcd integration campaign cluster demo bench clean ts ts-bench test-contended
+
+# testsum counts the events of go test -json: every test target ends with one
+# line, N passed, N failed (, N skipped), and shows the whole output of what
+# failed. The events of the last run are kept in $(RESULTS).
+TESTSUM := $(BIN)/testsum
+RESULTS := $(BIN)/test-events
+
+$(TESTSUM): $(wildcard internal/testsum/*.go)
+	@$(GO) build -o $@ ./internal/testsum
+
+# PKGS narrows unit (and test) to some packages, e.g. make unit PKGS=./keys/...
+PKGS ?= ./...
+
+# run-unit and run-fuzz are the steps of unit, fuzz and test; each keeps its
+# events in $(RESULTS).
+define run-unit
+mkdir -p $(RESULTS) && rm -f $(RESULTS)/unit.json && set -o pipefail && \
+$(GO) test -race -count=1 -json -timeout 30m $(PKGS) 2>&1 | $(TESTSUM) -log $(RESULTS)/unit.json
+endef
+define run-fuzz
+mkdir -p $(RESULTS) && rm -f $(RESULTS)/fuzz.json && \
+GO=$(GO) FUZZTIME=$(FUZZTIME) TESTSUM=$(TESTSUM) TESTSUM_LOG=$(RESULTS)/fuzz.json bash scripts/fuzz.sh
+endef
 
 all: lint test
 
@@ -51,8 +74,13 @@ $(BIN)/protoc-gen-connect-go:
 ## install Debian's etcd 3.4 for the compatibility test.
 tools: $(BIN)/versitygw debian-etcd
 
+# progress.sh says what a long go step fetches and builds, at least every
+# ten seconds (see the script).
+PROGRESS := GO=$(GO) bash scripts/progress.sh
+
 $(BIN)/versitygw:
-	GOBIN=$(BIN) $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
+	@GOBIN=$(BIN) $(PROGRESS) "building versitygw $(VERSITYGW_VERSION) into ./bin: the S3 server the integration suite, the cluster and the demo start (the first time, its modules are downloaded and it is compiled: minutes)" \
+	  install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
 
 # Debian's etcd-server package: etcd 3.4, the oldest server the integration
 # suite checks the store against (TestConformanceOnDebianEtcd34).
@@ -65,7 +93,7 @@ debian-etcd:
 	@if [ -x $(DEBIAN_ETCD) ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && [ -f /etc/debian_version ] && command -v apt-get >/dev/null; then \
 	  echo "installing Debian's etcd-server (etcd 3.4) for the integration suite"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends etcd-server >/dev/null; \
+	  apt-get -q update && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends etcd-server; \
 	else \
 	  echo "make tools: $(DEBIAN_ETCD) is missing, and etcd-server can only be installed here as root on Debian."; \
 	  echo "  Run: sudo apt-get install etcd-server   (or set CAIRN_DEBIAN_ETCD to an etcd 3.4 binary)."; \
@@ -73,12 +101,23 @@ debian-etcd:
 	fi
 
 ## unit: the race-enabled test suite.
-unit: tools
-	$(GO) test -race -count=1 -timeout 30m ./...
+unit: tools $(TESTSUM)
+	@s=0; ( $(run-unit) ) || s=$$?; $(TESTSUM) -summary $(RESULTS)/unit.json; exit $$s
 
 ## fuzz: run each fuzz target briefly.
-fuzz:
-	@GO=$(GO) FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh
+fuzz: $(TESTSUM)
+	@s=0; ( $(run-fuzz) ) || s=$$?; $(TESTSUM) -summary $(RESULTS)/fuzz.json; exit $$s
+
+## test-contended: the race-enabled tests of the packages that depend on
+## timing, with CONTENDERS busy-loop processes (default 2, one per core of a
+## 2-core machine) taking CPU beside them, as a loaded machine would.
+CONTENDERS ?= 2
+CONTENDED_PKGS ?= ./integration/... ./etcdstore/... ./sweep/... ./internal/sidecar/... ./conformance/...
+test-contended: tools $(TESTSUM)
+	@mkdir -p $(RESULTS) && rm -f $(RESULTS)/contended.json
+	@s=0; CONTENDERS=$(CONTENDERS) bash scripts/contended.sh \
+	  bash -c 'set -o pipefail; $(GO) test -race -count=1 -json -timeout 40m $(CONTENDED_PKGS) 2>&1 | $(TESTSUM) -log $(RESULTS)/contended.json' || s=$$?; \
+	  $(TESTSUM) -summary $(RESULTS)/contended.json; exit $$s
 
 ## integration: the integration suite alone: separate etcd processes, the
 ## fault campaign, etcd 3.4, TLS and authentication, the compose file. `make
@@ -94,9 +133,11 @@ campaign: tools
 
 ## cluster: three etcd members and versitygw on loopback, the topology of
 ## docker-compose.yml as local processes; prints the endpoints and runs until
-## Ctrl-C.
-cluster: tools
-	$(GO) run ./integration/cmd/cluster
+## Ctrl-C, which stops it (exit status 0). It needs versitygw only; the etcd
+## members are built from this module.
+cluster: $(BIN)/versitygw
+	@$(PROGRESS) "building the cluster program into ./bin/cluster" build -o $(BIN)/cluster ./integration/cmd/cluster
+	@$(BIN)/cluster
 
 ## ts: the TypeScript client (clients/typescript): npm ci from the lockfile,
 ## the generated code is fresh, tsc --noEmit, and its tests against a cairnd
@@ -105,15 +146,21 @@ ts:
 	cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run check
 
 ## test: everything CI checks: lint, the race-enabled tests, brief fuzzing,
-## the TypeScript client.
-test: lint unit fuzz ts
+## the TypeScript client; it ends with the tally of the Go tests and fuzz
+## targets (the TypeScript runner prints its own counts before it).
+test: lint tools $(TESTSUM)
+	@rm -f $(RESULTS)/unit.json $(RESULTS)/fuzz.json
+	@s=0; ( $(run-unit) ) && ( $(run-fuzz) ) && $(MAKE) --no-print-directory ts || s=$$?; \
+	  $(TESTSUM) -summary $(RESULTS)/unit.json $(RESULTS)/fuzz.json; exit $$s
 
 ## demo: the quickstart on an embedded etcd and a local S3 server (versitygw
 ## from ./bin; nothing outside this machine): capture a workspace into
 ## checkpoints on several threads, fork, keep the newest, sweep, and print the
 ## storage before and after.
 demo: $(BIN)/versitygw
-	$(GO) run ./cmd/cairn-demo
+	@$(PROGRESS) "building the demo into ./bin/cairn-demo (the first time this compiles an embedded etcd server and an S3 client: a minute or more)" \
+	  build -o $(BIN)/cairn-demo ./cmd/cairn-demo
+	@$(BIN)/cairn-demo
 
 ## bench: cairn side by side with bare etcd and the bare S3 SDK, one table;
 ## QUICK=1 runs fewer rounds on smaller sizes, BENCHFLAGS passes more flags

@@ -34,12 +34,17 @@ import (
 //
 // The store keeps no reference to the caller's checkpoint: it is encoded
 // before any request is sent, so it needs no copy.
+//
+// Contention: a transaction that fails only because the thread changed in a
+// way the checks allow (a prune by the same lease holder, a stale cached
+// thread record) is retried on the new state, with the checks run again, for
+// as long as ctx allows (see the package documentation, Contention). Errors:
+// the contract's, in its order; ctx's error; *UnknownOutcomeError.
 func (s *Store) Append(ctx context.Context, in cairn.AppendInput) (cairn.AppendResult, error) {
 	if err := cairn.CheckAppendInput(&in); err != nil {
 		return cairn.AppendResult{}, err
 	}
-	w := &newCheckpoint{c: &in.Checkpoint, body: encodeCheckpoint(&in.Checkpoint)}
-	w.refs, w.mask = refParts(&in.Checkpoint)
+	w := newCheckpointOf(&in.Checkpoint)
 	if err := w.checkSize(); err != nil {
 		return cairn.AppendResult{}, err
 	}
@@ -67,8 +72,11 @@ func (s *Store) Append(ctx context.Context, in cairn.AppendInput) (cairn.AppendR
 
 // newCheckpoint is a checkpoint on its way into a thread, by append or fork.
 type newCheckpoint struct {
-	c    *cairn.Checkpoint
+	c *cairn.Checkpoint
+	// body is the stored form of c, the end of buf: buf has metaRoom bytes
+	// before it, where recordValue writes the checkpoint record's header.
 	body []byte
+	buf  []byte
 	refs [keys.NumShards][][]byte
 	mask uint32
 
@@ -77,6 +85,37 @@ type newCheckpoint struct {
 	// (none for a fork, which names its source's root).
 	root    *keys.Digest
 	objects []object
+}
+
+// metaRoom is the room before a body for the checkpoint record's header:
+// its JSON holds two ids, a nonce, a root digest and a few numbers.
+const metaRoom = 512
+
+// newCheckpointOf encodes c and its reference records.
+func newCheckpointOf(c *cairn.Checkpoint) *newCheckpoint {
+	w := &newCheckpoint{c: c}
+	w.setBody(encodeCheckpointAfter(c, metaRoom))
+	w.refs, w.mask = refParts(c)
+	return w
+}
+
+// setBody sets buf, metaRoom bytes and a body, and body.
+func (w *newCheckpoint) setBody(buf []byte) { w.buf, w.body = buf, buf[metaRoom:] }
+
+// recordValue returns the value of the checkpoint record m of w. With the
+// body inline, the header is written in the room before the body, so the
+// body is not copied; the value is then valid until the next call.
+func (w *newCheckpoint) recordValue(m ckptMeta) []byte {
+	h := metaHeader(m)
+	if m.Body == nil {
+		return h
+	}
+	if len(h) > metaRoom {
+		return append(h, w.body...)
+	}
+	start := metaRoom - len(h)
+	copy(w.buf[start:], h)
+	return w.buf[start:]
 }
 
 func (w *newCheckpoint) refCount() int {
@@ -143,8 +182,9 @@ func (s *Store) blobs(w *newCheckpoint, thread string, seq uint64, n keys.Nonce)
 }
 
 // records returns the puts of the thread, checkpoint and index records that
-// publish w as the new head of its thread, on top of st.
-func (s *Store) records(w *newCheckpoint, st threadState, seq uint64, n keys.Nonce) []clientv3.Op {
+// publish w as the new head of its thread, on top of st. The checkpoint
+// record's value shares w's body (see recordValue).
+func (s *Store) records(w *newCheckpoint, st threadState, seq uint64, n keys.Nonce) []*etcdserverpb.RequestOp {
 	c := w.c
 	rec := st.nextRecord(w, seq, n)
 	meta := ckptMeta{
@@ -159,11 +199,13 @@ func (s *Store) records(w *newCheckpoint, st threadState, seq uint64, n keys.Non
 	if c.ParentCheckpointID != "" {
 		meta.ParentID, meta.ParentSeq, meta.ParentCreatedAt = c.ParentCheckpointID, st.rec.HeadSeq, st.rec.HeadCreatedAt
 	}
+	value := w.recordValue(meta)
 	tv, _ := json.Marshal(rec)
-	return []clientv3.Op{
-		clientv3.OpPut(string(s.layout.Thread(c.ThreadID)), string(tv)),
-		clientv3.OpPut(string(s.layout.Checkpoint(c.ThreadID, c.CreatedAt, c.ID)), encodeMeta(meta)),
-		clientv3.OpPut(string(s.layout.Index(c.ID)), idxValue(idxRec{Thread: c.ThreadID, CreatedAt: keyFloat(c.CreatedAt), Seq: seq, Nonce: n.String()})),
+	iv, _ := json.Marshal(idxRec{Thread: c.ThreadID, CreatedAt: keyFloat(c.CreatedAt), Seq: seq, Nonce: n.String()})
+	return []*etcdserverpb.RequestOp{
+		putReq(string(s.layout.Thread(c.ThreadID)), tv),
+		putReq(string(s.layout.Checkpoint(c.ThreadID, c.CreatedAt, c.ID)), value),
+		putReq(string(s.layout.Index(c.ID)), iv),
 	}
 }
 
@@ -334,7 +376,10 @@ func (op *appendOp) run(ctx context.Context, pending error, pendingRev int64) (e
 		return false, nil
 	}
 	var staleIdx int64
-	for range maxAttempts {
+	for {
+		if err := a.next(ctx); err != nil {
+			return err
+		}
 		st, ok := s.cached(c.ThreadID)
 		if !ok || a.pending != nil {
 			var err error
@@ -361,7 +406,7 @@ func (op *appendOp) run(ctx context.Context, pending error, pendingRev int64) (e
 		}
 		seq := st.rec.LastSeq + 1
 		vals := s.blobs(op.w, c.ThreadID, seq, op.nonce)
-		var writes []clientv3.Op
+		var writes []*etcdserverpb.RequestOp
 		if mustStage(vals, op.w.inlineBytes()) {
 			if op.staging == nil || op.stageSeq != seq {
 				op.staging.abort(ctx)
@@ -372,9 +417,9 @@ func (op *appendOp) run(ctx context.Context, pending error, pendingRev int64) (e
 				}
 				op.staging, op.stageSeq = stg, seq
 			}
-			writes = detach(vals)
+			writes = detachReqs(vals)
 		} else {
-			writes = puts(vals)
+			writes = putReqs(vals)
 		}
 		if len(op.inherited) > 0 && st.rev != op.inheritedRev {
 			// Not on the state the objects were inherited from.
@@ -393,13 +438,12 @@ func (op *appendOp) run(ctx context.Context, pending error, pendingRev int64) (e
 		inTxn := op.staging == nil && len(then)+len(op.claims) <= MaxTxnOps
 		if inTxn {
 			for _, k := range op.claims {
-				then = append(then, clientv3.OpDelete(k))
+				then = append(then, deleteReq(k))
 			}
 		}
-		resp, err := s.client.Txn(ctx).If(cmps...).Then(then...).Else(
-			clientv3.OpGet(wk.Owner), clientv3.OpGet(wk.Expiry),
-			clientv3.OpGet(string(s.layout.Index(c.ID))), clientv3.OpGet(string(s.layout.Thread(c.ThreadID))),
-		).Commit()
+		resp, err := s.raw.txn(ctx, cmps, then, []*etcdserverpb.RequestOp{
+			getReq(wk.Owner), getReq(wk.Expiry), getReq(string(s.layout.Index(c.ID))), getReq(string(s.layout.Thread(c.ThreadID))),
+		})
 		if err != nil {
 			if errors.Is(err, rpctypes.ErrKeyNotFound) && op.staging != nil {
 				// The staged chunks expired before the publish; stage again.
@@ -439,7 +483,6 @@ func (op *appendOp) run(ctx context.Context, pending error, pendingRev int64) (e
 		// cached thread record or a stale index record. Retry on fresh state.
 		staleIdx = ids.staleRev
 	}
-	return a.exhausted()
 }
 
 func getResp(r *etcdserverpb.ResponseOp) *clientv3.GetResponse {

@@ -148,8 +148,13 @@ func (d *decoder) count(minItem int) int {
 // encodeCheckpoint returns the stored form of c. The conversation comes
 // first, so that decoding can turn everything after it into one string and
 // slice every string field out of it.
-func encodeCheckpoint(c *cairn.Checkpoint) []byte {
-	e := encoder{b: make([]byte, 0, 256+len(c.Conversation)+len(c.Files)*120)}
+func encodeCheckpoint(c *cairn.Checkpoint) []byte { return encodeCheckpointAfter(c, 0) }
+
+// encodeCheckpointAfter returns room bytes followed by the stored form of c:
+// the room lets a checkpoint record's header go in front of the body without
+// copying the body (see newCheckpoint.recordValue).
+func encodeCheckpointAfter(c *cairn.Checkpoint, room int) []byte {
+	e := encoder{b: make([]byte, room, room+256+len(c.Conversation)+len(c.Files)*120)}
 	e.b = append(e.b, codecVersion)
 	e.raw(c.Conversation)
 	e.str(c.ID)

@@ -21,7 +21,10 @@ import (
 //	     null or pruned), delete the checkpoint record, its index record, its
 //	     body and its reference records
 //
-// and starts again if the thread changed in between.
+// and starts again if the thread changed in between: the checks run again on
+// the new state, and the write retries for as long as ctx allows (see the
+// package documentation, Contention). Errors: the contract's, in its order;
+// ctx's error; *UnknownOutcomeError.
 func (s *Store) DeleteHead(ctx context.Context, in cairn.DeleteHeadInput) error {
 	if err := cairn.CheckDeleteHeadInput(&in); err != nil {
 		return err
@@ -45,7 +48,10 @@ func (op *deleteHeadOp) run(ctx context.Context, pending error, pendingRev int64
 		}}
 	wk := s.writerKeys(in.ThreadID)
 	threadKey := string(s.layout.Thread(in.ThreadID))
-	for range maxAttempts {
+	for {
+		if err := a.next(ctx); err != nil {
+			return err
+		}
 		now := s.now()
 		gets := []clientv3.Op{clientv3.OpGet(threadKey), clientv3.OpGet(wk.Owner), clientv3.OpGet(wk.Expiry)}
 		if st, ok := s.cached(in.ThreadID); ok && st.rec.Head != "" {
@@ -124,7 +130,6 @@ func (op *deleteHeadOp) run(ctx context.Context, pending error, pendingRev int64
 		}
 		s.forget(in.ThreadID) // something changed since the read; check again
 	}
-	return a.exhausted()
 }
 
 func deletePrefix(prefix []byte) clientv3.Op {
@@ -148,6 +153,12 @@ func deleteRange(start, end []byte) clientv3.Op {
 //
 // Records below the floor are invisible to every read from that revision on;
 // those that did not fit are deleted right after, in guarded batches.
+//
+// Contention: appends by the same lease holder racing the prune move the
+// thread record; the prune then reads again, walks the new chain, and
+// retries, for as long as ctx allows (see the package documentation,
+// Contention). Errors: the contract's, in its order; ctx's error;
+// *UnknownOutcomeError.
 func (s *Store) DeleteCheckpoints(ctx context.Context, in cairn.DeleteCheckpointsInput) ([]string, error) {
 	if err := cairn.CheckDeleteCheckpointsInput(&in); err != nil {
 		return nil, err
@@ -181,7 +192,10 @@ func (op *pruneOp) run(ctx context.Context, pending error, pendingRev int64) ([]
 			_, err := again.run(ctx, pending, rev)
 			return err
 		}}
-	for range maxAttempts {
+	for {
+		if err := a.next(ctx); err != nil {
+			return nil, err
+		}
 		now := s.now()
 		rs, _, err := s.readOnly(ctx, clientv3.OpGet(threadKey), clientv3.OpGet(wk.Owner), clientv3.OpGet(wk.Expiry),
 			clientv3.OpGet(string(s.layout.Checkpoints(in.ThreadID)), clientv3.WithPrefix()))
@@ -282,7 +296,6 @@ func (op *pruneOp) run(ctx context.Context, pending error, pendingRev int64) ([]
 		op.cleanup(ctx)
 		return ids, nil
 	}
-	return nil, a.exhausted()
 }
 
 func (op *pruneOp) ids() []string {

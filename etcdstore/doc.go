@@ -46,4 +46,17 @@
 // landed or applies the write once. When the context ends first, the write
 // returns an *UnknownOutcomeError; its Retry method does the same resolution
 // later.
+//
+// # Contention
+//
+// Append, DeleteHead, DeleteCheckpoints and ForkFromCheckpoint never fail
+// because the thread changed under them: a write whose transaction loses its
+// comparison to a change after which the contract's checks still pass reads
+// the new state, runs the checks again in their order, and commits again,
+// with a jittered backoff from the third attempt, for as long as its context
+// allows. If the change makes a check fail, the write returns that check's
+// contract error. When the context ends first, the write returns the
+// context's error (wrapped in an *UnknownOutcomeError when an earlier attempt
+// may still land). Commits that end without an answer are bounded: after six
+// the write returns an *UnknownOutcomeError.
 package etcdstore

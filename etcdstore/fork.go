@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -50,6 +51,12 @@ const transcriptInline = 512 << 10
 //	     the destination id's index record is absent (or stale, as read)
 //	     the source checkpoint record and its thread record are as read
 //	Then put the records; put (or detach, when staged) the bodies
+//
+// Contention: when the source or the destination changes between the read
+// and the commit, the fork reads both again, runs the checks again in their
+// order, and retries for as long as ctx allows (see the package
+// documentation, Contention). Errors: the contract's, in its order; ctx's
+// error; *UnknownOutcomeError.
 func (s *Store) ForkFromCheckpoint(ctx context.Context, in cairn.ForkInput) (*cairn.Checkpoint, error) {
 	if err := cairn.CheckForkInput(&in); err != nil {
 		return nil, err
@@ -76,7 +83,10 @@ func (op *forkOp) run(ctx context.Context, pending error, pendingRev int64) (*ca
 	wk := s.writerKeys(dest)
 	var staging *stager
 	defer func() { staging.abort(ctx) }()
-	for range maxAttempts {
+	for {
+		if err := a.next(ctx); err != nil {
+			return nil, err
+		}
 		now := s.now()
 		rs, rev, err := s.readOnly(ctx,
 			clientv3.OpGet(string(s.layout.Index(in.SourceCheckpointID))),
@@ -164,9 +174,7 @@ func (op *forkOp) run(ctx context.Context, pending error, pendingRev int64) (*ca
 		}
 		root := cairn.ForkRoot(src, in)
 		op.root = &root
-		body := encodeCheckpoint(&root)
-		w := &newCheckpoint{c: &root, body: body}
-		w.refs, w.mask = refParts(&root)
+		w := newCheckpointOf(&root)
 		transcript := []byte(root.Conversation)
 		if transcript == nil {
 			transcript = []byte("[]")
@@ -192,19 +200,19 @@ func (op *forkOp) run(ctx context.Context, pending error, pendingRev int64) (*ca
 		if publishFixedOps+1+len(vals) > MaxTxnOps {
 			return nil, cairn.NewError(cairn.CodeInvalidEntry, "checkpoint %q is too large to fork in one transaction", in.SourceCheckpointID)
 		}
-		var writes []clientv3.Op
+		var writes []*etcdserverpb.RequestOp
 		if mustStage(vals, len(tv)+w.inlineBytes()) {
 			staging.abort(ctx)
 			if staging, err = s.stage(ctx, vals); err != nil {
 				staging = nil
 				return nil, a.fail(err)
 			}
-			writes = detach(vals)
+			writes = detachReqs(vals)
 		} else {
-			writes = puts(vals)
+			writes = putReqs(vals)
 		}
 		ops := append(s.records(w, destSt, seq, op.nonce), writes...)
-		ops = append(ops, clientv3.OpPut(string(s.layout.Transcript(dest)), tv))
+		ops = append(ops, putReq(string(s.layout.Transcript(dest)), []byte(tv)))
 		cmps := s.withGuards(append(fence.Guard(wk, in.Writer.OwnerToken, in.Writer.Fence, now),
 			s.threadCmp(dest, destSt),
 			clientv3.Compare(clientv3.CreateRevision(string(s.layout.Transcript(dest))), "=", 0),
@@ -212,7 +220,7 @@ func (op *forkOp) run(ctx context.Context, pending error, pendingRev int64) (*ca
 			clientv3.Compare(clientv3.ModRevision(string(srcKV.Key)), "=", srcKV.ModRevision),
 			s.threadCmp(src.ThreadID, srcSt),
 		))
-		resp, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		resp, err := s.raw.txn(ctx, cmps, ops, nil)
 		if err != nil {
 			if err := a.committed(ctx, err, destSt.rev); err != nil {
 				return nil, err
@@ -231,7 +239,6 @@ func (op *forkOp) run(ctx context.Context, pending error, pendingRev int64) (*ca
 		}
 		// Something changed since the read; read and check again.
 	}
-	return nil, a.exhausted()
 }
 
 // Transcripts implements cairn.Forker: the transcript store in the same

@@ -150,6 +150,9 @@ func TestLargeAppendAllOrNothing(t *testing.T) {
 
 	for k := int64(1); k <= n; k++ {
 		t.Run(fmt.Sprintf("FailFromRequest%02d", k), func(t *testing.T) {
+			// A context of its own: one shared by every subtest would end
+			// part way on a loaded machine.
+			ctx := testContext(t)
 			s := newStore(t, cli, fmt.Sprintf("fail%02d/", k), etcdstore.Options{})
 			lease, err := s.AcquireWriter(ctx, "t")
 			if err != nil {

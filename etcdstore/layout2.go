@@ -72,8 +72,8 @@ func (w *newCheckpoint) toObjects() error {
 // setRoot makes w a version-2 checkpoint naming root.
 func (w *newCheckpoint) setRoot(root keys.Digest) {
 	c := w.c
-	w.body = encodeCheckpoint(&cairn.Checkpoint{ID: c.ID, ThreadID: c.ThreadID, ParentCheckpointID: c.ParentCheckpointID,
-		CreatedAt: c.CreatedAt, Reason: c.Reason, Label: c.Label, SourceRunID: c.SourceRunID})
+	w.setBody(encodeCheckpointAfter(&cairn.Checkpoint{ID: c.ID, ThreadID: c.ThreadID, ParentCheckpointID: c.ParentCheckpointID,
+		CreatedAt: c.CreatedAt, Reason: c.Reason, Label: c.Label, SourceRunID: c.SourceRunID}, metaRoom))
 	w.refs = [keys.NumShards][][]byte{}
 	w.mask = 1 << keys.RootShard
 	w.root = &root

@@ -30,11 +30,35 @@ type attempts struct {
 	pendingRev int64
 	// retry runs the write again with the same nonce, knowing what is pending.
 	retry func(ctx context.Context, pending error, pendingRev int64) error
+
+	// n counts the attempts begun, unanswered the commits that ended
+	// without an answer.
+	n, unanswered int
 }
 
-// maxAttempts bounds the attempts of one write after stale cached state or an
-// unknown outcome.
+// maxAttempts bounds the commits of one write that end without an answer (etcd unreachable, the connection failing): after that many the
+// write returns what it met rather than wait for etcd indefinitely. Losing a
+// compare-and-swap is not bounded by it: see next.
 const maxAttempts = 6
+
+// next begins an attempt of the write. Every write loops on one attempt per
+// state: it reads the state, runs the contract's checks on it in order, and
+// commits a transaction comparing what it read. An attempt that loses its
+// comparison to a concurrent change that leaves the checks passing (an append
+// racing a prune by the same lease holder, a stale cached thread record) is
+// followed by another on the new state, with the checks run again, for as
+// long as ctx allows: the write never gives up on contention alone. From the
+// third attempt on, next waits first with a jittered backoff (see backoff).
+// When ctx ends first, next returns ctx's error, as an *UnknownOutcomeError
+// when an earlier attempt's outcome is unknown.
+func (a *attempts) next(ctx context.Context) error {
+	err := backoff(ctx, a.n)
+	a.n++
+	if err != nil {
+		return a.fail(err)
+	}
+	return nil
+}
 
 // committed handles the error of a commit that compared the thread record at
 // rev. It returns nil when the write should be tried again, and the error to
@@ -45,8 +69,12 @@ func (a *attempts) committed(ctx context.Context, err error, rev int64) error {
 		return a.fail(err)
 	}
 	a.pending, a.pendingRev = err, rev
+	a.unanswered++
 	if ctx.Err() != nil {
 		return a.fail(ctx.Err())
+	}
+	if a.unanswered >= maxAttempts {
+		return a.fail(fmt.Errorf("etcdstore: %s on thread %q: %d commits ended without an answer", a.op, a.thread, a.unanswered))
 	}
 	return nil
 }
@@ -89,11 +117,6 @@ func (a *attempts) landed(ctx context.Context, st threadState) (bool, error) {
 	}
 	a.pending = nil // another write came first: the attempt's comparison fails forever
 	return false, nil
-}
-
-// exhausted is the error after the last attempt.
-func (a *attempts) exhausted() error {
-	return a.fail(fmt.Errorf("etcdstore: %s on thread %q: the thread kept changing; giving up after %d attempts", a.op, a.thread, maxAttempts))
 }
 
 // firstWriteAfter returns the first version of a thread record written after

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -83,11 +84,21 @@ func detach(vals []blob) []clientv3.Op {
 	return ops
 }
 
-// puts returns the operations that write vals directly, without staging.
-func puts(vals []blob) []clientv3.Op {
-	ops := make([]clientv3.Op, len(vals))
+// detachReqs is detach as built requests (see rawKV).
+func detachReqs(vals []blob) []*etcdserverpb.RequestOp {
+	ops := make([]*etcdserverpb.RequestOp, len(vals))
 	for i, v := range vals {
-		ops[i] = clientv3.OpPut(v.key, string(v.value))
+		ops[i] = detachReq(v.key)
+	}
+	return ops
+}
+
+// putReqs returns the requests that write vals directly, without staging;
+// they share the values.
+func putReqs(vals []blob) []*etcdserverpb.RequestOp {
+	ops := make([]*etcdserverpb.RequestOp, len(vals))
+	for i, v := range vals {
+		ops[i] = putReq(v.key, v.value)
 	}
 	return ops
 }

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -80,6 +79,8 @@ type Options struct {
 // with New and Close it to end the writer leases it holds.
 type Store struct {
 	client *clientv3.Client
+	// raw sends the publish transactions, built as etcd's requests.
+	raw    *rawKV
 	layout keys.Layout
 	opts   cairn.Options
 	log    *slog.Logger
@@ -145,6 +146,7 @@ func New(client *clientv3.Client, prefix string, opts Options) (*Store, error) {
 	}
 	return &Store{
 		client:      client,
+		raw:         newRawKV(client),
 		stagingTTL:  int64(max(1, (ttl+time.Second-1)/time.Second)),
 		layout:      keys.NewLayout(prefix),
 		opts:        o,
@@ -285,15 +287,19 @@ type ckptMeta struct {
 	Body []byte `json:"-"`
 }
 
-// encodeMeta returns the value of a checkpoint record.
-func encodeMeta(m ckptMeta) string {
+// encodeMeta returns the value of a checkpoint record: metaHeader, then the
+// body.
+func encodeMeta(m ckptMeta) []byte {
+	return append(metaHeader(m), m.Body...)
+}
+
+// metaHeader returns what a checkpoint record's value holds before the body:
+// the length of the JSON of m as a uvarint, and that JSON.
+func metaHeader(m ckptMeta) []byte {
 	j, _ := json.Marshal(m)
-	var sb strings.Builder
-	sb.Grow(binary.MaxVarintLen64 + len(j) + len(m.Body))
-	sb.Write(binary.AppendUvarint(nil, uint64(len(j))))
-	sb.Write(j)
-	sb.Write(m.Body)
-	return sb.String()
+	h := make([]byte, 0, binary.MaxVarintLen64+len(j))
+	h = binary.AppendUvarint(h, uint64(len(j)))
+	return append(h, j...)
 }
 
 // decodeMeta decodes a checkpoint record's value. Body aliases v.

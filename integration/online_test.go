@@ -77,6 +77,10 @@ const (
 	// onlineRunCap bounds one sweeper run; a run still going then is killed
 	// and reported.
 	onlineRunCap = 60 * time.Second
+	// onlineControlRuns is how many sweeper runs the half without claims
+	// has to lose a blob in; onlineControlCap bounds its time all the same.
+	onlineControlRuns = 12
+	onlineControlCap  = 3 * time.Minute
 )
 
 // TestOnlineSweepDuringFaults runs writers that claim their blobs
@@ -95,7 +99,9 @@ const (
 // same cluster, with writers that do not claim (bucket.PutBlobs), plain
 // sweeper runs and no faults (which only slow the runs down); it stops at the
 // first checkpoint that references a missing blob and fails if none does
-// within 15s, so that the first half is known to have teeth. CAIRN_ONLINE
+// within onlineControlRuns sweeper runs (at most onlineControlCap), so that
+// the first half is known to have teeth. The bound is a number of runs, not
+// a time: on a loaded machine each run takes longer. CAIRN_ONLINE
 // (else CAIRN_CAMPAIGN) sets the length of the first half.
 func TestOnlineSweepDuringFaults(t *testing.T) {
 	d := onlineDuration(t)
@@ -140,7 +146,7 @@ func TestOnlineSweepDuringFaults(t *testing.T) {
 
 	t.Run("WithoutClaimsLosesBlobs", func(t *testing.T) {
 		e := newOnlineEnv(t, cluster, bin, "cairn-online-noclaims/", false)
-		res := e.run(onlineConfig{d: 15 * time.Second, kinds: []string{runPlain}, stopOnLoss: true})
+		res := e.run(onlineConfig{d: onlineControlCap, kinds: []string{runPlain}, stopOnLoss: true, untilRuns: onlineControlRuns})
 		res.log(t, "without claims")
 		if res.lost.Load() == 0 {
 			t.Errorf("writers that do not claim lost no blob in %d appends and %d sweeper runs: the test has no teeth",
@@ -309,10 +315,14 @@ type onlineConfig struct {
 	// stopOnLoss ends the workload at the first loss, which is then not a
 	// test failure.
 	stopOnLoss bool
+	// untilRuns, when not 0, ends the workload once that many sweeper runs
+	// have ended (d still bounds it).
+	untilRuns int64
 }
 
 // run runs the writers, the sweeper loop and the fault injector for cfg.d, or
-// with cfg.stopOnLoss until the first loss, then heals the cluster.
+// with cfg.stopOnLoss until the first loss, or with cfg.untilRuns until that
+// many sweeper runs ended, then heals the cluster.
 func (e *onlineEnv) run(cfg onlineConfig) *onlineResult {
 	d, kinds, stopOnLoss := cfg.d, cfg.kinds, cfg.stopOnLoss
 	t := e.t
@@ -335,6 +345,20 @@ func (e *onlineEnv) run(cfg onlineConfig) *onlineResult {
 		wg.Go(func() { e.writer(ctx, i, seed, res, lose) })
 	}
 	wg.Go(func() { e.sweeperLoop(ctx, kinds, res) })
+	if cfg.untilRuns > 0 {
+		wg.Go(func() {
+			tick := time.NewTicker(100 * time.Millisecond)
+			defer tick.Stop()
+			for res.runs.Load() < cfg.untilRuns {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+			}
+			cancel()
+		})
+	}
 	faults := &faultInjector{t: t, cluster: e.cluster, r: rand.New(rand.NewPCG(seed, 7))}
 	if cfg.faults {
 		wg.Go(func() {

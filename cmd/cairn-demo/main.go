@@ -24,6 +24,11 @@ func main() {
 	flag.StringVar(&opts.Workspace, "workspace", "", "directory to capture (default testdata/demo-workspace)")
 	flag.StringVar(&opts.S3, "s3", demo.S3Auto, "S3 server: auto, versitygw or gofakes3")
 	flag.IntVar(&opts.Keep, "keep", 2, "checkpoints each thread keeps")
+	// Named, not os.Args[0]: under go run that is a path in the build cache.
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: cairn-demo [flags]\n")
+		flag.PrintDefaults()
+	}
 	flag.Parse()
 	if opts.Keep < 1 {
 		fmt.Fprintln(os.Stderr, "cairn-demo: -keep must be at least 1")

@@ -200,7 +200,7 @@ func (r *runner) b2(ctx context.Context) ([]Row, error) {
 				len(shape.cmps), len(shape.puts), fmtRate(median(shapeRate)), fmtRatio(median(divide(shapeRate, bareRate)))),
 			fmt.Sprintf("CPU time of the benchmark process (the client side) per operation: append %s, bare Txn %s.", fmtDur(cairnCPU/ops), fmtDur(bareCPU/ops)),
 		},
-	}}, nil
+	}, cpuRow("B2", cairnCPU/ops, bareCPU/ops)}, nil
 }
 
 // divide returns a[i]/b[i] for each i.

@@ -1,0 +1,112 @@
+package etcdstore
+
+import (
+	"context"
+	"reflect"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+)
+
+// The publish of a checkpoint (append, fork) builds etcd's own request,
+// etcdserverpb.TxnRequest, rather than clientv3.Op values: clientv3.OpPut takes its
+// value as a string and copies it into a []byte, which for a checkpoint
+// record means a copy of the whole body on every attempt. Built directly, a
+// put's value is the encoded record itself, and the request is marshalled
+// once, by gRPC.
+
+// putReq is a put of value at key. The request keeps value, not a copy.
+func putReq(key string, value []byte) *etcdserverpb.RequestOp {
+	return &etcdserverpb.RequestOp{Request: &etcdserverpb.RequestOp_RequestPut{RequestPut: &etcdserverpb.PutRequest{Key: []byte(key), Value: value}}}
+}
+
+// detachReq keeps the value of key and drops its lease (see stage).
+func detachReq(key string) *etcdserverpb.RequestOp {
+	return &etcdserverpb.RequestOp{Request: &etcdserverpb.RequestOp_RequestPut{RequestPut: &etcdserverpb.PutRequest{Key: []byte(key), IgnoreValue: true}}}
+}
+
+// deleteReq deletes key.
+func deleteReq(key string) *etcdserverpb.RequestOp {
+	return &etcdserverpb.RequestOp{Request: &etcdserverpb.RequestOp_RequestDeleteRange{RequestDeleteRange: &etcdserverpb.DeleteRangeRequest{Key: []byte(key)}}}
+}
+
+// getReq reads key.
+func getReq(key string) *etcdserverpb.RequestOp {
+	return &etcdserverpb.RequestOp{Request: &etcdserverpb.RequestOp_RequestRange{RequestRange: &etcdserverpb.RangeRequest{Key: []byte(key)}}}
+}
+
+// rawKV sends built requests on a client's connection with the call options
+// its own KV uses. direct is false when the client's KV is not its own (a
+// namespace, or another wrapper the caller installed): requests then go
+// through that KV, as clientv3.Op values.
+type rawKV struct {
+	client *clientv3.Client
+	remote etcdserverpb.KVClient
+	opts   []grpc.CallOption
+	direct bool
+}
+
+func newRawKV(c *clientv3.Client) *rawKV {
+	own := clientv3.NewKV(c)
+	r := &rawKV{client: c, direct: reflect.TypeOf(c.KV) == reflect.TypeOf(own)}
+	if r.direct {
+		// The call options of the client's KV are unexported: a KV on a
+		// remote that records them, with no I/O, learns them.
+		rec := &optsRecorder{}
+		_, _ = clientv3.NewKVFromKVClient(rec, c).Txn(context.Background()).Commit()
+		r.remote, r.opts = clientv3.RetryKVClient(c), rec.opts
+	}
+	return r
+}
+
+// optsRecorder is a etcdserverpb.KVClient whose Txn records its call options and
+// answers without sending anything.
+type optsRecorder struct {
+	etcdserverpb.KVClient
+	opts []grpc.CallOption
+}
+
+func (o *optsRecorder) Txn(_ context.Context, _ *etcdserverpb.TxnRequest, opts ...grpc.CallOption) (*etcdserverpb.TxnResponse, error) {
+	o.opts = opts
+	return &etcdserverpb.TxnResponse{Header: &etcdserverpb.ResponseHeader{}}, nil
+}
+
+// txn commits one transaction: If cmps, Then then, Else els. Its errors are
+// those of clientv3's Txn.Commit.
+func (r *rawKV) txn(ctx context.Context, cmps []clientv3.Cmp, then, els []*etcdserverpb.RequestOp) (*clientv3.TxnResponse, error) {
+	if !r.direct {
+		return r.client.Txn(ctx).If(cmps...).Then(clientOps(then)...).Else(clientOps(els)...).Commit()
+	}
+	req := &etcdserverpb.TxnRequest{Compare: make([]*etcdserverpb.Compare, len(cmps)), Success: then, Failure: els}
+	for i := range cmps {
+		c := cmps[i].Clone() // as clientv3's If does: the guards are shared
+		req.Compare[i] = c.GetCompare()
+	}
+	resp, err := r.remote.Txn(ctx, req, r.opts...)
+	if err != nil {
+		return nil, clientv3.ContextError(ctx, err)
+	}
+	return (*clientv3.TxnResponse)(resp), nil
+}
+
+// clientOps turns built requests into clientv3.Op values, for a client whose
+// KV is not its own.
+func clientOps(reqs []*etcdserverpb.RequestOp) []clientv3.Op {
+	ops := make([]clientv3.Op, len(reqs))
+	for i, r := range reqs {
+		switch q := r.Request.(type) {
+		case *etcdserverpb.RequestOp_RequestPut:
+			if q.RequestPut.IgnoreValue {
+				ops[i] = clientv3.OpPut(string(q.RequestPut.Key), "", clientv3.WithIgnoreValue())
+			} else {
+				ops[i] = clientv3.OpPut(string(q.RequestPut.Key), string(q.RequestPut.Value))
+			}
+		case *etcdserverpb.RequestOp_RequestDeleteRange:
+			ops[i] = clientv3.OpDelete(string(q.RequestDeleteRange.Key))
+		case *etcdserverpb.RequestOp_RequestRange:
+			ops[i] = clientv3.OpGet(string(q.RequestRange.Key))
+		}
+	}
+	return ops
+}
