@@ -362,3 +362,30 @@ func TestCaptureClaimsFirst(t *testing.T) {
 		t.Fatal("a capture without claims uploaded blobs")
 	}
 }
+
+// TestCaptureOnParent: keys the parent references are neither claimed nor
+// looked up in the bucket; the others are.
+func TestCaptureOnParent(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	dir := t.TempDir()
+	writeTree(t, dir, map[string]string{"a": "1", "b": "2"})
+	var heads []string
+	hb := &hookBucket{streamBlobs: e.blobs, onHead: func(key string) { heads = append(heads, key) }}
+	up := e.uploader(t, "t")
+	up.Bucket = hb
+	first, err := snapshot.CaptureDir(ctx, dir, nil, up, &snapshot.Options{Concurrency: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeTree(t, dir, map[string]string{"b": "changed"})
+	heads = nil
+	up.Parent = &cairn.Checkpoint{Files: first.Files}
+	m, err := snapshot.CaptureDir(ctx, dir, nil, up, &snapshot.Options{Concurrency: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Stats.Inherited != 1 || m.Stats.Uploaded != 1 || !slices.Equal(heads, []string{bucket.FileKey([]byte("changed"))}) {
+		t.Fatalf("stats %+v, heads %q; want one inherited key and one looked up", m.Stats, heads)
+	}
+}

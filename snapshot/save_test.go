@@ -30,7 +30,7 @@ func TestSaveChainsAndReusesBlobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if second.Checkpoint.ParentCheckpointID != first.Checkpoint.ID || second.Stats.Uploaded != 1 || second.Stats.Present != 1 {
+	if second.Checkpoint.ParentCheckpointID != first.Checkpoint.ID || second.Stats.Uploaded != 1 || second.Stats.Inherited != 1 || second.Stats.Present != 0 {
 		t.Fatalf("second save: parent %q, stats %+v", second.Checkpoint.ParentCheckpointID, second.Stats)
 	}
 	head, err := e.store.GetHead(ctx, "t")

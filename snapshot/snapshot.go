@@ -89,10 +89,19 @@ type Progress struct {
 // them for: every key is claimed for Writer through Claimer before the
 // capture looks in Bucket, so that a running sweeper cannot delete bytes the
 // capture relies on (docs/design.md, "Online sweep and capacity").
+//
+// Parent, when not nil, is the checkpoint the capture will be appended on
+// (the thread's head, read under the same lease). The keys it references
+// are protected by that reference while the writer holds the lease, and
+// their bytes were verified when the parent was captured, so the capture
+// neither claims them nor asks the bucket for them: an unchanged re-capture
+// then costs no request per file. A caller that appends on another parent
+// must capture again.
 type Uploader struct {
 	Bucket  Blobs
 	Claimer cairn.BlobClaimer
 	Writer  cairn.Writer
+	Parent  *cairn.Checkpoint
 }
 
 // ArtifactSource is an artifact to capture. Open is called twice (once to
@@ -142,10 +151,13 @@ type CaptureStats struct {
 	Hashed      int
 	HashedBytes int64
 	// Uploaded and UploadedBytes count the distinct blobs the bucket lacked
-	// and the capture stored; Present counts those it already held.
+	// and the capture stored; Present counts those it already held, found
+	// with a HeadObject, and Inherited those the parent references, which
+	// cost no request.
 	Uploaded      int
 	UploadedBytes int64
 	Present       int
+	Inherited     int
 }
 
 // RestoreStats counts what a restore did.
