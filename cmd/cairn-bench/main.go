@@ -32,7 +32,7 @@ func main() {
 		return
 	}
 	quick := flag.Bool("quick", false, "run the quick configuration: fewer rounds and smaller sizes")
-	only := flag.String("only", "", "comma-separated workloads to run (B1 to B6, BC, B11); empty runs all")
+	only := flag.String("only", "", "comma-separated workloads to run (B1 to B9, BC, B11); empty runs all")
 	rounds := flag.Int("rounds", 0, "rounds per workload (0 keeps the configuration's)")
 	profile := flag.String("cpuprofile", "", "directory for a CPU profile of each round of the cairn side")
 	versitygw := flag.String("versitygw", "", "versitygw binary (default: $CAIRN_VERSITYGW, ./bin/versitygw, $PATH)")

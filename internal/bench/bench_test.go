@@ -30,6 +30,7 @@ func tiny() Config {
 		B4Checkpoints: 20, B4Keys: 100,
 		B5Objects: 300, B5Rounds: 1,
 		B11Threads: 1,
+		B7Files:    100, B7Bytes: 2 << 20,
 	}
 }
 
@@ -63,7 +64,7 @@ func TestRunPrintsTheTable(t *testing.T) {
 		t.Errorf("rows %v, want %v", ids, want)
 	}
 	text := out.String()
-	for _, want := range []string{"smoke run", "| # | workload | cairn | baseline | median ratio | target | result |", "| B1 |", "| B6 |"} {
+	for _, want := range []string{"smoke run", "| # | workload | cairn | baseline | median ratio | target | result |", "| B1 |", "| B6 |", "| B7 |", "| B8 |", "| B9 |"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the output lacks %q:\n%s", want, text)
 		}
