@@ -19,7 +19,9 @@
 // A capture streams. It hashes each file while reading it (or takes the
 // digest from the stat cache when the file's path, size, mtime, ctime and
 // inode are those recorded), claims every key for the writer lease through
-// cairn.BlobClaimer before it looks in the bucket, and then uploads each key
+// cairn.BlobClaimer before it looks in the bucket (except the keys of
+// Uploader.Parent, which the parent's reference protects and which cost no
+// request), and then uploads each key
 // the bucket lacks straight from the file, hashing the bytes again as they
 // are sent: when they no longer hash to the key, the upload is aborted before
 // its last byte, so the bucket never stores the wrong bytes under a key, and
