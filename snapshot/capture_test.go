@@ -389,3 +389,56 @@ func TestCaptureOnParent(t *testing.T) {
 		t.Fatalf("stats %+v, heads %q; want one inherited key and one looked up", m.Stats, heads)
 	}
 }
+
+// TestCaptureProgress: a capture reports the hash phase, then the upload
+// phase, each ending with everything done.
+func TestCaptureProgress(t *testing.T) {
+	e := newEnv(t)
+	dir := t.TempDir()
+	writeTree(t, dir, map[string]string{"a": strings.Repeat("x", 5<<20), "b": "y", "c/d": "z"})
+	var events []snapshot.Progress
+	opts := &snapshot.Options{Progress: func(p snapshot.Progress) { events = append(events, p) }}
+	if _, err := snapshot.CaptureDir(context.Background(), dir, nil, e.uploader(t, "t"), opts); err != nil {
+		t.Fatal(err)
+	}
+	last := map[snapshot.Phase]snapshot.Progress{}
+	var order []snapshot.Phase
+	for _, p := range events {
+		if _, seen := last[p.Phase]; !seen {
+			order = append(order, p.Phase)
+		}
+		if prev, ok := last[p.Phase]; ok && (p.FilesDone < prev.FilesDone || p.BytesDone < prev.BytesDone) {
+			t.Fatalf("progress went back: %+v after %+v", p, prev)
+		}
+		last[p.Phase] = p
+	}
+	if !slices.Equal(order, []snapshot.Phase{snapshot.PhaseHash, snapshot.PhaseUpload}) {
+		t.Fatalf("phases %v", order)
+	}
+	for ph, p := range last {
+		if p.FilesDone != 3 || p.FilesTotal != 3 || p.BytesDone != p.BytesTotal || p.BytesTotal != 5<<20+2 {
+			t.Fatalf("%s ended at %+v", ph, p)
+		}
+	}
+}
+
+// TestRestoreThroughSymlink: a target that is a symlink to a directory is
+// restored into, and stays a symlink.
+func TestRestoreThroughSymlink(t *testing.T) {
+	e := newEnv(t)
+	cp := e.captured(t, map[string]string{"a": "1"})
+	target := t.TempDir()
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := snapshot.Restore(context.Background(), e.blobs, cp, link, nil); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("the link is gone: %v, %v", fi, err)
+	}
+	if got := readTree(t, target); !mapsEqual(got, map[string]string{"a": "1"}) {
+		t.Fatalf("restored %q", sortedKeys(got))
+	}
+}

@@ -67,6 +67,12 @@ func Restore(ctx context.Context, r Blobs, cp *cairn.Checkpoint, dir string, opt
 		return RestoreStats{}, &Error{Code: CodeInvalidWorkspace, Message: "cannot restore into " + quote(dir), Err: err}
 	case exists && !fi.IsDir():
 		return RestoreStats{}, &Error{Code: CodeInvalidWorkspace, Message: "cannot restore into " + quote(dir) + ": not a directory"}
+	case exists:
+		// A symlink to a directory: restore into the directory, and keep
+		// the link.
+		if abs, err = filepath.EvalSymlinks(abs); err != nil {
+			return RestoreStats{}, &Error{Code: CodeInvalidWorkspace, Message: "cannot restore into " + quote(dir), Err: err}
+		}
 	}
 	parent, base := filepath.Dir(abs), filepath.Base(abs)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
