@@ -442,3 +442,39 @@ func TestRestoreThroughSymlink(t *testing.T) {
 		t.Fatalf("restored %q", sortedKeys(got))
 	}
 }
+
+// plainBlobs hides the streaming methods of a bucket.
+type plainBlobs struct {
+	bucket.Reader
+	bucket.Putter
+}
+
+// TestRoundTripWithoutStreams: a bucket that does not stream gets whole
+// files, and a changed file is still caught before its put.
+func TestRoundTripWithoutStreams(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	b := plainBlobs{e.blobs, e.blobs}
+	tree := map[string]string{"a": "alpha", "b/c": "gamma", "e/": ""}
+	src := t.TempDir()
+	writeTree(t, src, tree)
+	up := e.uploader(t, "t")
+	up.Bucket = b
+	m, err := snapshot.CaptureDir(ctx, src, nil, up, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "out")
+	if _, err := snapshot.Restore(ctx, b, &cairn.Checkpoint{Files: m.Files}, dst, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := readTree(t, dst); !mapsEqual(got, tree) {
+		t.Fatalf("restored %q", sortedKeys(got))
+	}
+	if err := e.blobs.Put(ctx, bucket.FileKey([]byte("alpha")), []byte("ALPHA")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := snapshot.Restore(ctx, b, &cairn.Checkpoint{Files: m.Files}, filepath.Join(t.TempDir(), "x"), nil); !errors.Is(err, snapshot.ErrInvalidBlob) {
+		t.Fatalf("restore of a corrupt blob: %v, want ErrInvalidBlob", err)
+	}
+}

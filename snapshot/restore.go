@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -216,7 +217,7 @@ func download(ctx context.Context, r Blobs, b *blob, buf []byte, meter *meter) (
 	} else {
 		var data []byte
 		data, err = r.Get(ctx, b.key)
-		body = io.NopCloser(strings.NewReader(string(data)))
+		body = io.NopCloser(bytes.NewReader(data))
 	}
 	if errors.Is(err, bucket.ErrNotFound) {
 		return 0, &Error{Code: CodeMissingBlob, Path: b.paths[0], Key: b.key, Message: "the bucket has no blob for it", Err: err}
