@@ -53,9 +53,11 @@ type Options struct {
 	// like git's index: a later capture of the same directory hashes only the
 	// files whose stat changed. A missing, unreadable or corrupt cache is
 	// ignored and rewritten, never trusted; a file modified in the same
-	// second the cache was written is hashed again. CaptureDir only (an
-	// fs.FS has no inodes); a restore records the files it wrote, so that
-	// capturing the restored tree hashes nothing.
+	// second the cache was written is hashed again (a write in that second
+	// may not have moved its mtime). CaptureDir only (an fs.FS has no
+	// inodes). A restore records the files it wrote, so that a capture of
+	// the restored tree reads only what changed since, except the files
+	// written in the second the restore ended.
 	StatCache string
 	// Progress, when not nil, receives progress events. Calls are
 	// serialised and must return quickly.

@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"time"
@@ -22,7 +21,7 @@ func (r *runner) b8(ctx context.Context) ([]Row, error) {
 	defer e.close()
 	cache := filepath.Join(r.tmp, "b8.statcache")
 	changed := max(1, len(e.files)/100)
-	rng := rand.New(rand.NewPCG(8, 8))
+	rng := newRand(8)
 	buf := make([]byte, 1<<20)
 	var coldT, warmT []time.Duration
 	var hashed, uploaded []int

@@ -37,7 +37,8 @@ type wsFile struct {
 // magnitude, in directories of at most 50 files, two levels deep. Contents
 // are random, so no two files share a blob. seed makes it repeatable.
 func genWorkspace(dir string, n int, total int64, seed uint64) ([]wsFile, error) {
-	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	src := newRand(seed)
+	rng := rand.New(src)
 	large := min(wsLarge, n)
 	small := n - large
 	weights := make([]float64, small)
@@ -60,7 +61,7 @@ func genWorkspace(dir string, n int, total int64, seed uint64) ([]wsFile, error)
 	}
 	buf := make([]byte, 1<<20)
 	for _, f := range files {
-		if err := writeRandom(filepath.Join(dir, filepath.FromSlash(f.rel)), f.size, rng, buf); err != nil {
+		if err := writeRandom(filepath.Join(dir, filepath.FromSlash(f.rel)), f.size, src, buf); err != nil {
 			return nil, err
 		}
 	}
@@ -68,7 +69,7 @@ func genWorkspace(dir string, n int, total int64, seed uint64) ([]wsFile, error)
 }
 
 // writeRandom writes size random bytes to path, making its directory.
-func writeRandom(path string, size int64, rng *rand.Rand, buf []byte) error {
+func writeRandom(path string, size int64, rng *rand.ChaCha8, buf []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
@@ -78,12 +79,7 @@ func writeRandom(path string, size int64, rng *rand.Rand, buf []byte) error {
 	}
 	for left := size; left > 0; {
 		n := min(left, int64(len(buf)))
-		for i := 0; i < int(n); i += 8 {
-			v := rng.Uint64()
-			for j := 0; j < 8 && i+j < int(n); j++ {
-				buf[i+j] = byte(v >> (8 * j))
-			}
-		}
+		_, _ = rng.Read(buf[:n])
 		if _, err := f.Write(buf[:n]); err != nil {
 			f.Close()
 			return err
@@ -91,6 +87,15 @@ func writeRandom(path string, size int64, rng *rand.Rand, buf []byte) error {
 		left -= n
 	}
 	return f.Close()
+}
+
+// newRand returns the random source of a seed.
+func newRand(seed uint64) *rand.ChaCha8 {
+	var s [32]byte
+	for i := range 8 {
+		s[i] = byte(seed >> (8 * i))
+	}
+	return rand.NewChaCha8(s)
 }
 
 // snapEnv is what B7, B8 and B9 run on: versitygw, an etcd member for the
