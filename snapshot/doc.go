@@ -58,10 +58,11 @@
 // # Save and Fork
 //
 // Save is upstream's snapshots.save: it takes the thread's writer lease
-// (renewing it while it works), captures, reads the head and appends a
+// (renewing it while it works), reads the head, captures on it and appends a
 // checkpoint whose parent is that head, then releases the lease. A stale
 // head is retried a bounded number of times: Save reads the head again,
-// re-parents the same capture, and appends again. Fork is upstream's
+// captures again on it when it changed (with the stat cache, only the new
+// blobs cost anything), re-parents, and appends again. Fork is upstream's
 // snapshots.fork: it takes the destination's lease, forks, and releases.
 //
 // Diff compares the manifests of two checkpoints.
