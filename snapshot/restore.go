@@ -377,11 +377,15 @@ func place(tree string, blobs []*blob, dirs []string, progress func(Progress), s
 		}
 		stats.Dirs++
 	}
+	made := map[string]bool{}
 	for _, b := range blobs {
 		for i, p := range b.paths {
 			dst := filepath.Join(tree, filepath.FromSlash(p))
-			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-				return err
+			if d := filepath.Dir(dst); !made[d] {
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					return err
+				}
+				made[d] = true
 			}
 			var err error
 			if i == len(b.paths)-1 {
