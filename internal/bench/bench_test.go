@@ -85,7 +85,7 @@ func TestOnlySelects(t *testing.T) {
 	if len(rows) != 1 || rows[0].ID != "B6" {
 		t.Fatalf("rows %+v, want B6 alone", rows)
 	}
-	cfg.Only = []string{"B9"}
+	cfg.Only = []string{"B99"}
 	if _, err := Run(ctx, cfg, &out); err == nil {
 		t.Fatal("an unknown workload was accepted")
 	}
