@@ -172,6 +172,12 @@ func (b *S3) PutIfAbsent(ctx context.Context, key string, data []byte) (bool, er
 	if err := checkKey("PutObject", key); err != nil {
 		return false, err
 	}
+	return b.putIfAbsent(ctx, key, func(ifAbsent bool) error { return b.put(ctx, key, data, ifAbsent) })
+}
+
+// putIfAbsent runs the put-if-absent protocol of the bucket's PutMode with
+// put sending one PutObject (with If-None-Match: * when ifAbsent).
+func (b *S3) putIfAbsent(ctx context.Context, key string, put func(ifAbsent bool) error) (bool, error) {
 	if b.mode == PutModeHeadThenPut {
 		_, err := b.Head(ctx, key)
 		switch {
@@ -180,10 +186,10 @@ func (b *S3) PutIfAbsent(ctx context.Context, key string, data []byte) (bool, er
 		case !errors.Is(err, ErrNotFound):
 			return false, err
 		}
-		return true, b.put(ctx, key, data, false)
+		return true, put(false)
 	}
 	for attempt := 0; ; attempt++ {
-		err := b.put(ctx, key, data, true)
+		err := put(true)
 		switch {
 		case err == nil:
 			return true, nil

@@ -3,12 +3,10 @@ package bucket
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
@@ -80,31 +78,7 @@ func (b *S3) PutIfAbsentFrom(ctx context.Context, key string, body io.ReadSeeker
 		_, err := b.client.PutObject(signCtx, in)
 		return classify("PutObject", key, false, err)
 	}
-	if b.mode == PutModeHeadThenPut {
-		_, err := b.Head(ctx, key)
-		switch {
-		case err == nil:
-			return false, nil
-		case !errors.Is(err, ErrNotFound):
-			return false, err
-		}
-		return true, put(false)
-	}
-	for attempt := 0; ; attempt++ {
-		err := put(true)
-		switch {
-		case err == nil:
-			return true, nil
-		case errors.Is(err, ErrPreconditionFailed):
-			return false, nil
-		case errors.Is(err, ErrConflict) && attempt < conflictRetries:
-			if err := sleep(ctx, time.Duration(attempt+1)*50*time.Millisecond); err != nil {
-				return false, err
-			}
-			continue
-		}
-		return false, err
-	}
+	return b.putIfAbsent(ctx, key, put)
 }
 
 // GetStream implements StreamReader with one GetObject.

@@ -383,12 +383,23 @@ func hashItem(ctx context.Context, it *item, buf []byte, meter *meter) (int64, e
 // sameContent reports whether two stats of one file promise the same bytes.
 func sameContent(a, b fileStat) bool { return a.Size == b.Size && a.Mtime == b.Mtime }
 
-// uploadAll claims every distinct key for the writer, then uploads each one
-// the bucket lacks.
+// uploadAll claims every distinct key for the writer that the parent does
+// not reference, then uploads each one the bucket lacks.
 func uploadAll(ctx context.Context, up Uploader, items []*item, n int, progress func(Progress), stats *CaptureStats) error {
 	todo := slices.Clone(items)
 	slices.SortFunc(todo, func(a, b *item) int { return strings.Compare(a.key, b.key) })
 	todo = slices.CompactFunc(todo, func(a, b *item) bool { return a.key == b.key })
+	if up.Parent != nil {
+		// The parent's references protect its keys under this lease.
+		inherited := up.Parent.BlobKeys()
+		todo = slices.DeleteFunc(todo, func(it *item) bool {
+			_, ok := slices.BinarySearch(inherited, it.key)
+			if ok {
+				stats.Inherited++
+			}
+			return ok
+		})
+	}
 	keys := make([]string, len(todo))
 	var total int64
 	for i, it := range todo {

@@ -362,3 +362,119 @@ func TestCaptureClaimsFirst(t *testing.T) {
 		t.Fatal("a capture without claims uploaded blobs")
 	}
 }
+
+// TestCaptureOnParent: keys the parent references are neither claimed nor
+// looked up in the bucket; the others are.
+func TestCaptureOnParent(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	dir := t.TempDir()
+	writeTree(t, dir, map[string]string{"a": "1", "b": "2"})
+	var heads []string
+	hb := &hookBucket{streamBlobs: e.blobs, onHead: func(key string) { heads = append(heads, key) }}
+	up := e.uploader(t, "t")
+	up.Bucket = hb
+	first, err := snapshot.CaptureDir(ctx, dir, nil, up, &snapshot.Options{Concurrency: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeTree(t, dir, map[string]string{"b": "changed"})
+	heads = nil
+	up.Parent = &cairn.Checkpoint{Files: first.Files}
+	m, err := snapshot.CaptureDir(ctx, dir, nil, up, &snapshot.Options{Concurrency: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Stats.Inherited != 1 || m.Stats.Uploaded != 1 || !slices.Equal(heads, []string{bucket.FileKey([]byte("changed"))}) {
+		t.Fatalf("stats %+v, heads %q; want one inherited key and one looked up", m.Stats, heads)
+	}
+}
+
+// TestCaptureProgress: a capture reports the hash phase, then the upload
+// phase, each ending with everything done.
+func TestCaptureProgress(t *testing.T) {
+	e := newEnv(t)
+	dir := t.TempDir()
+	writeTree(t, dir, map[string]string{"a": strings.Repeat("x", 5<<20), "b": "y", "c/d": "z"})
+	var events []snapshot.Progress
+	opts := &snapshot.Options{Progress: func(p snapshot.Progress) { events = append(events, p) }}
+	if _, err := snapshot.CaptureDir(context.Background(), dir, nil, e.uploader(t, "t"), opts); err != nil {
+		t.Fatal(err)
+	}
+	last := map[snapshot.Phase]snapshot.Progress{}
+	var order []snapshot.Phase
+	for _, p := range events {
+		if _, seen := last[p.Phase]; !seen {
+			order = append(order, p.Phase)
+		}
+		if prev, ok := last[p.Phase]; ok && (p.FilesDone < prev.FilesDone || p.BytesDone < prev.BytesDone) {
+			t.Fatalf("progress went back: %+v after %+v", p, prev)
+		}
+		last[p.Phase] = p
+	}
+	if !slices.Equal(order, []snapshot.Phase{snapshot.PhaseHash, snapshot.PhaseUpload}) {
+		t.Fatalf("phases %v", order)
+	}
+	for ph, p := range last {
+		if p.FilesDone != 3 || p.FilesTotal != 3 || p.BytesDone != p.BytesTotal || p.BytesTotal != 5<<20+2 {
+			t.Fatalf("%s ended at %+v", ph, p)
+		}
+	}
+}
+
+// TestRestoreThroughSymlink: a target that is a symlink to a directory is
+// restored into, and stays a symlink.
+func TestRestoreThroughSymlink(t *testing.T) {
+	e := newEnv(t)
+	cp := e.captured(t, map[string]string{"a": "1"})
+	target := t.TempDir()
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := snapshot.Restore(context.Background(), e.blobs, cp, link, nil); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("the link is gone: %v, %v", fi, err)
+	}
+	if got := readTree(t, target); !mapsEqual(got, map[string]string{"a": "1"}) {
+		t.Fatalf("restored %q", sortedKeys(got))
+	}
+}
+
+// plainBlobs hides the streaming methods of a bucket.
+type plainBlobs struct {
+	bucket.Reader
+	bucket.Putter
+}
+
+// TestRoundTripWithoutStreams: a bucket that does not stream gets whole
+// files, and a changed file is still caught before its put.
+func TestRoundTripWithoutStreams(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	b := plainBlobs{e.blobs, e.blobs}
+	tree := map[string]string{"a": "alpha", "b/c": "gamma", "e/": ""}
+	src := t.TempDir()
+	writeTree(t, src, tree)
+	up := e.uploader(t, "t")
+	up.Bucket = b
+	m, err := snapshot.CaptureDir(ctx, src, nil, up, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "out")
+	if _, err := snapshot.Restore(ctx, b, &cairn.Checkpoint{Files: m.Files}, dst, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := readTree(t, dst); !mapsEqual(got, tree) {
+		t.Fatalf("restored %q", sortedKeys(got))
+	}
+	if err := e.blobs.Put(ctx, bucket.FileKey([]byte("alpha")), []byte("ALPHA")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := snapshot.Restore(ctx, b, &cairn.Checkpoint{Files: m.Files}, filepath.Join(t.TempDir(), "x"), nil); !errors.Is(err, snapshot.ErrInvalidBlob) {
+		t.Fatalf("restore of a corrupt blob: %v, want ErrInvalidBlob", err)
+	}
+}

@@ -19,7 +19,9 @@
 // A capture streams. It hashes each file while reading it (or takes the
 // digest from the stat cache when the file's path, size, mtime, ctime and
 // inode are those recorded), claims every key for the writer lease through
-// cairn.BlobClaimer before it looks in the bucket, and then uploads each key
+// cairn.BlobClaimer before it looks in the bucket (except the keys of
+// Uploader.Parent, which the parent's reference protects and which cost no
+// request), and then uploads each key
 // the bucket lacks straight from the file, hashing the bytes again as they
 // are sent: when they no longer hash to the key, the upload is aborted before
 // its last byte, so the bucket never stores the wrong bytes under a key, and
@@ -56,10 +58,11 @@
 // # Save and Fork
 //
 // Save is upstream's snapshots.save: it takes the thread's writer lease
-// (renewing it while it works), captures, reads the head and appends a
+// (renewing it while it works), reads the head, captures on it and appends a
 // checkpoint whose parent is that head, then releases the lease. A stale
 // head is retried a bounded number of times: Save reads the head again,
-// re-parents the same capture, and appends again. Fork is upstream's
+// captures again on it when it changed (with the stat cache, only the new
+// blobs cost anything), re-parents, and appends again. Fork is upstream's
 // snapshots.fork: it takes the destination's lease, forks, and releases.
 //
 // Diff compares the manifests of two checkpoints.

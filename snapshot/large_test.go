@@ -117,7 +117,7 @@ const heapBound = 64 << 20
 // bucket discards the bytes it is sent and the claimer only counts, so only
 // the capture's own memory counts.
 func TestHeapBound(t *testing.T) {
-	bigSize, smallFiles := int64(256<<20), 10000
+	bigSize, smallFiles := int64(256<<20), 5000
 	if *large {
 		bigSize, smallFiles = 2<<30, 100000
 	}

@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -67,6 +68,12 @@ func Restore(ctx context.Context, r Blobs, cp *cairn.Checkpoint, dir string, opt
 		return RestoreStats{}, &Error{Code: CodeInvalidWorkspace, Message: "cannot restore into " + quote(dir), Err: err}
 	case exists && !fi.IsDir():
 		return RestoreStats{}, &Error{Code: CodeInvalidWorkspace, Message: "cannot restore into " + quote(dir) + ": not a directory"}
+	case exists:
+		// A symlink to a directory: restore into the directory, and keep
+		// the link.
+		if abs, err = filepath.EvalSymlinks(abs); err != nil {
+			return RestoreStats{}, &Error{Code: CodeInvalidWorkspace, Message: "cannot restore into " + quote(dir), Err: err}
+		}
 	}
 	parent, base := filepath.Dir(abs), filepath.Base(abs)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
@@ -210,7 +217,7 @@ func download(ctx context.Context, r Blobs, b *blob, buf []byte, meter *meter) (
 	} else {
 		var data []byte
 		data, err = r.Get(ctx, b.key)
-		body = io.NopCloser(strings.NewReader(string(data)))
+		body = io.NopCloser(bytes.NewReader(data))
 	}
 	if errors.Is(err, bucket.ErrNotFound) {
 		return 0, &Error{Code: CodeMissingBlob, Path: b.paths[0], Key: b.key, Message: "the bucket has no blob for it", Err: err}
@@ -370,11 +377,15 @@ func place(tree string, blobs []*blob, dirs []string, progress func(Progress), s
 		}
 		stats.Dirs++
 	}
+	made := map[string]bool{}
 	for _, b := range blobs {
 		for i, p := range b.paths {
 			dst := filepath.Join(tree, filepath.FromSlash(p))
-			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-				return err
+			if d := filepath.Dir(dst); !made[d] {
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					return err
+				}
+				made[d] = true
 			}
 			var err error
 			if i == len(b.paths)-1 {

@@ -56,11 +56,13 @@ type SaveResult struct {
 
 // Save is upstream's snapshots.save: it acquires the thread's writer lease
 // (and renews it every RenewAfter while it works), captures Dir or FS with
-// the artifacts under that lease, reads the head, and appends the checkpoint
-// with the head as parent and expected head. On cairn.ErrStaleHead or
-// cairn.ErrParentMismatch it reads the head again and re-appends the same
-// capture (every key stays claimed until an append succeeds), at most
-// StaleHeadRetries more times. It releases the lease once, whatever happens.
+// the artifacts under that lease with the head's checkpoint as the parent
+// (Uploader.Parent), and appends the checkpoint with the head as parent and
+// expected head. On cairn.ErrStaleHead or cairn.ErrParentMismatch it reads
+// the head again and appends again, at most StaleHeadRetries more times; when
+// the head changed it first captures again on the new head, since the
+// capture relied on the old head's references. It releases the lease once,
+// whatever happens.
 //
 // It returns an *Error matching ErrClaimsRequired when st is not a
 // cairn.BlobClaimer, ErrInvalidWorkspace when neither Dir nor FS is given;
@@ -90,20 +92,10 @@ func Save(ctx context.Context, st cairn.Store, b Blobs, in SaveInput) (*SaveResu
 }
 
 func save(ctx context.Context, st cairn.Store, claimer cairn.BlobClaimer, b Blobs, w cairn.Writer, in SaveInput) (*SaveResult, error) {
-	up := Uploader{Bucket: b, Claimer: claimer, Writer: w}
-	var m *Manifest
-	var err error
-	if in.Dir != "" {
-		m, err = CaptureDir(ctx, in.Dir, in.Artifacts, up, &in.Options)
-	} else {
-		m, err = CaptureFS(ctx, in.FS, in.Artifacts, up, &in.Options)
-	}
-	if err != nil {
-		return nil, err
-	}
 	conv := in.Conversation
 	if conv == nil {
 		if fk, ok := st.(cairn.Forker); ok {
+			var err error
 			if conv, err = fk.Transcripts().LoadThread(ctx, in.ThreadID); err != nil {
 				return nil, err
 			}
@@ -116,9 +108,7 @@ func save(ctx context.Context, st cairn.Store, claimer cairn.BlobClaimer, b Blob
 		Reason:       in.Reason,
 		Label:        in.Label,
 		SourceRunID:  in.SourceRunID,
-		Files:        m.Files,
 		Conversation: conv,
-		Artifacts:    m.Artifacts,
 	}
 	if cp.ID == "" {
 		cp.ID = newUUID()
@@ -133,12 +123,24 @@ func save(ctx context.Context, st cairn.Store, claimer cairn.BlobClaimer, b Blob
 	if retries == 0 {
 		retries = defaultStaleHeadRetries
 	}
+	var m *Manifest
+	captured := "\x00" // the head the capture relied on; never a valid id
 	for attempt := 1; ; attempt++ {
 		head, err := st.GetHead(ctx, in.ThreadID)
 		if err != nil {
 			return nil, err
 		}
+		if head != captured {
+			// The capture relies on the head's references: capture again
+			// on a new head (with the stat cache, only the claims and the
+			// new blobs cost anything).
+			if m, err = captureOn(ctx, st, claimer, b, w, head, in); err != nil {
+				return nil, err
+			}
+			captured = head
+		}
 		cp.ParentCheckpointID = head
+		cp.Files, cp.Artifacts = m.Files, m.Artifacts
 		_, err = st.Append(ctx, cairn.AppendInput{Checkpoint: cp, ExpectedHeadID: head, Writer: w})
 		if err == nil {
 			return &SaveResult{Checkpoint: cp, Stats: m.Stats, Attempts: attempt}, nil
@@ -148,6 +150,22 @@ func save(ctx context.Context, st cairn.Store, claimer cairn.BlobClaimer, b Blob
 		}
 		return nil, err
 	}
+}
+
+// captureOn captures the input with head's checkpoint as the parent.
+func captureOn(ctx context.Context, st cairn.Store, claimer cairn.BlobClaimer, b Blobs, w cairn.Writer, head string, in SaveInput) (*Manifest, error) {
+	up := Uploader{Bucket: b, Claimer: claimer, Writer: w}
+	if head != "" {
+		parent, err := st.Get(ctx, head)
+		if err != nil {
+			return nil, err
+		}
+		up.Parent = parent // nil when the head went meanwhile: claim everything
+	}
+	if in.Dir != "" {
+		return CaptureDir(ctx, in.Dir, in.Artifacts, up, &in.Options)
+	}
+	return CaptureFS(ctx, in.FS, in.Artifacts, up, &in.Options)
 }
 
 // keepRenewed renews the lease every RenewAfter until stop is called, and

@@ -6,10 +6,13 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/bucket"
 	"github.com/cairnstore/cairn/snapshot"
 )
 
@@ -30,7 +33,7 @@ func TestSaveChainsAndReusesBlobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if second.Checkpoint.ParentCheckpointID != first.Checkpoint.ID || second.Stats.Uploaded != 1 || second.Stats.Present != 1 {
+	if second.Checkpoint.ParentCheckpointID != first.Checkpoint.ID || second.Stats.Uploaded != 1 || second.Stats.Inherited != 1 || second.Stats.Present != 0 {
 		t.Fatalf("second save: parent %q, stats %+v", second.Checkpoint.ParentCheckpointID, second.Stats)
 	}
 	head, err := e.store.GetHead(ctx, "t")
@@ -191,5 +194,47 @@ func TestDiff(t *testing.T) {
 	}
 	if len(snapshot.Diff(a, a)) != 0 {
 		t.Error("a manifest differs from itself")
+	}
+}
+
+// ctxBucket runs onHead with the request's context before each Head.
+type ctxBucket struct {
+	*bucket.Memory
+	onHead func(ctx context.Context)
+}
+
+func (c ctxBucket) Head(ctx context.Context, key string) (bucket.Object, error) {
+	c.onHead(ctx)
+	return c.Memory.Head(ctx, key)
+}
+
+// TestSaveRenewalFailureWins: when the lease cannot be renewed mid-capture,
+// the capture stops and Save reports the lost lease, not the cancellation
+// it caused.
+func TestSaveRenewalFailureWins(t *testing.T) {
+	var now atomic.Int64
+	now.Store(1_000_000)
+	st, err := cairn.NewMemoryForkStore(cairn.Options{
+		Now:           func() float64 { return float64(now.Load()) },
+		LeaseDuration: time.Minute, RenewAfter: time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := ctxBucket{Memory: bucket.NewMemory(nil), onHead: func(ctx context.Context) {
+		now.Add(int64(time.Hour / time.Millisecond)) // the lease has expired
+		select {
+		case <-ctx.Done(): // the next renewal failed and ended the capture
+		case <-time.After(30 * time.Second):
+		}
+	}}
+	dir := t.TempDir()
+	writeTree(t, dir, map[string]string{"a": "1"})
+	_, err = snapshot.Save(context.Background(), st, b, snapshot.SaveInput{ThreadID: "t", Dir: dir})
+	if !errors.Is(err, cairn.ErrWriterLost) {
+		t.Fatalf("error %v, want ErrWriterLost from the renewal", err)
+	}
+	if head, _ := st.GetHead(context.Background(), "t"); head != "" {
+		t.Fatalf("head %q after a lost lease", head)
 	}
 }

@@ -53,9 +53,11 @@ type Options struct {
 	// like git's index: a later capture of the same directory hashes only the
 	// files whose stat changed. A missing, unreadable or corrupt cache is
 	// ignored and rewritten, never trusted; a file modified in the same
-	// second the cache was written is hashed again. CaptureDir only (an
-	// fs.FS has no inodes); a restore records the files it wrote, so that
-	// capturing the restored tree hashes nothing.
+	// second the cache was written is hashed again (a write in that second
+	// may not have moved its mtime). CaptureDir only (an fs.FS has no
+	// inodes). A restore records the files it wrote, so that a capture of
+	// the restored tree reads only what changed since, except the files
+	// written in the second the restore ended.
 	StatCache string
 	// Progress, when not nil, receives progress events. Calls are
 	// serialised and must return quickly.
@@ -89,10 +91,19 @@ type Progress struct {
 // them for: every key is claimed for Writer through Claimer before the
 // capture looks in Bucket, so that a running sweeper cannot delete bytes the
 // capture relies on (docs/design.md, "Online sweep and capacity").
+//
+// Parent, when not nil, is the checkpoint the capture will be appended on
+// (the thread's head, read under the same lease). The keys it references
+// are protected by that reference while the writer holds the lease, and
+// their bytes were verified when the parent was captured, so the capture
+// neither claims them nor asks the bucket for them: an unchanged re-capture
+// then costs no request per file. A caller that appends on another parent
+// must capture again.
 type Uploader struct {
 	Bucket  Blobs
 	Claimer cairn.BlobClaimer
 	Writer  cairn.Writer
+	Parent  *cairn.Checkpoint
 }
 
 // ArtifactSource is an artifact to capture. Open is called twice (once to
@@ -142,10 +153,13 @@ type CaptureStats struct {
 	Hashed      int
 	HashedBytes int64
 	// Uploaded and UploadedBytes count the distinct blobs the bucket lacked
-	// and the capture stored; Present counts those it already held.
+	// and the capture stored; Present counts those it already held, found
+	// with a HeadObject, and Inherited those the parent references, which
+	// cost no request.
 	Uploaded      int
 	UploadedBytes int64
 	Present       int
+	Inherited     int
 }
 
 // RestoreStats counts what a restore did.

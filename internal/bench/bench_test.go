@@ -31,6 +31,7 @@ func tiny() Config {
 		B5Objects: 300, B5Rounds: 1,
 		B10Appends: 3,
 		B11Threads: 1,
+		B7Files:    100, B7Bytes: 2 << 20,
 	}
 }
 
@@ -68,7 +69,7 @@ func TestRunPrintsTheTable(t *testing.T) {
 		t.Errorf("rows %v, want %v", ids, want)
 	}
 	text := out.String()
-	for _, want := range []string{"smoke run", "| # | workload | cairn | baseline | median ratio | target | result |", "| B1 |", "| B6 |"} {
+	for _, want := range []string{"smoke run", "| # | workload | cairn | baseline | median ratio | target | result |", "| B1 |", "| B6 |", "| B7 |", "| B8 |", "| B9 |"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the output lacks %q:\n%s", want, text)
 		}
@@ -89,7 +90,7 @@ func TestOnlySelects(t *testing.T) {
 	if len(rows) != 1 || rows[0].ID != "B6" {
 		t.Fatalf("rows %+v, want B6 alone", rows)
 	}
-	cfg.Only = []string{"B9"}
+	cfg.Only = []string{"B99"}
 	if _, err := Run(ctx, cfg, &out); err == nil {
 		t.Fatal("an unknown workload was accepted")
 	}

@@ -8,7 +8,7 @@ import (
 )
 
 // Workloads lists the workload names in the order Run runs them.
-var Workloads = []string{"B1", "B2", "B3", "BC", "B4", "B5", "B6", "B10", "B11"}
+var Workloads = []string{"B1", "B2", "B3", "BC", "B4", "B5", "B6", "B7", "B8", "B9", "B10", "B11"}
 
 // Config sizes a run. Full and Quick return the two standard ones.
 type Config struct {
@@ -45,6 +45,10 @@ type Config struct {
 	// B11Threads threads of the capacity workload (20 turns each, every
 	// checkpoint kept) measure what etcd keeps per checkpoint.
 	B11Threads int
+	// B7Files files of about B7Bytes bytes in all make the workspace that
+	// B7, B8 and B9 capture and restore.
+	B7Files int
+	B7Bytes int64
 
 	// Only, when not empty, selects workloads by name (B1 ... B6).
 	Only []string
@@ -69,6 +73,7 @@ func Full() Config {
 		B5Objects: 100_000, B5Rounds: 5,
 		B10Appends: 200,
 		B11Threads: 20,
+		B7Files:    10_000, B7Bytes: 256 << 20,
 	}
 }
 
@@ -84,6 +89,7 @@ func Quick() Config {
 		B5Objects: 20_000, B5Rounds: 3,
 		B10Appends: 50,
 		B11Threads: 4,
+		B7Files:    2_000, B7Bytes: 64 << 20,
 	}
 }
 
@@ -106,6 +112,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("B5 needs at least 2 objects")
 	case c.B10Appends < 1 && c.selected("B10"):
 		return fmt.Errorf("B10 needs at least 1 append")
+	case c.B7Files < 1 || c.B7Bytes < int64(c.B7Files):
+		return fmt.Errorf("B7 needs at least 1 file and a byte a file")
 	case c.B11Threads < 1 && c.selected("B11"):
 		return fmt.Errorf("B11 needs at least 1 thread")
 	}

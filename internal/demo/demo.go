@@ -226,7 +226,7 @@ func (d *demo) captureAll(ctx context.Context, src, work string, res *Result) (m
 	count := func(st snapshot.CaptureStats) {
 		res.Captures++
 		res.Uploaded += st.Uploaded
-		res.Reused += st.Present
+		res.Reused += st.Present + st.Inherited
 	}
 	var forkFrom *cairn.Checkpoint
 	for _, thread := range threads {
