@@ -372,6 +372,22 @@ func (v DeleteHeadView) Check(in *DeleteHeadInput, now float64) error {
 	return nil
 }
 
+// CheckDeleteThreadInput runs the checks of DeleteThread that need no store
+// state, in order: the thread id and the writer's thread id (ErrInvalidID),
+// then the writer's thread (ErrWriterLost).
+func CheckDeleteThreadInput(in *DeleteThreadInput) error {
+	if err := ValidateID(in.ThreadID, "thread id"); err != nil {
+		return err
+	}
+	if err := ValidateID(in.Writer.ThreadID, "writer thread id"); err != nil {
+		return err
+	}
+	if in.Writer.ThreadID != in.ThreadID {
+		return NewError(CodeWriterLost, "writer thread %q does not match thread %q", in.Writer.ThreadID, in.ThreadID)
+	}
+	return nil
+}
+
 // CheckDeleteCheckpointsInput runs the checks of DeleteCheckpoints that need no
 // store state, in order: the thread id and the writer's thread id
 // (ErrInvalidID), the writer's thread (ErrWriterLost), then keep, which must
