@@ -224,8 +224,8 @@ func TestComposeFile(t *testing.T) {
 		for _, m := range etcdMembers {
 			want = append(want, "http://"+m+":2379")
 		}
-		if !slices.Equal(cfg.EtcdEndpoints, want) {
-			t.Errorf("sweeper: etcd endpoints %v, want %v", cfg.EtcdEndpoints, want)
+		if !slices.Equal(cfg.Etcd.Endpoints, want) {
+			t.Errorf("sweeper: etcd endpoints %v, want %v", cfg.Etcd.Endpoints, want)
 		}
 		if port, _ := flagValue(f.Services["s3"].Command, "port"); cfg.S3.Endpoint != "http://s3"+port {
 			t.Errorf("sweeper: S3 endpoint %q, but the server listens on %q", cfg.S3.Endpoint, port)

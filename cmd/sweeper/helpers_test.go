@@ -35,6 +35,7 @@ import (
 	"github.com/cairnstore/cairn/bucket"
 	"github.com/cairnstore/cairn/etcdstore"
 	"github.com/cairnstore/cairn/internal/childproc"
+	"github.com/cairnstore/cairn/internal/cli"
 	"github.com/cairnstore/cairn/internal/embedetcd"
 	"github.com/cairnstore/cairn/internal/s3test"
 	"github.com/cairnstore/cairn/internal/sidecar"
@@ -246,8 +247,8 @@ func dropFlag(args []string, name string) []string {
 // creds returns the environment that gives the sweeper the S3 credentials.
 func (tn *tenant) creds() []string {
 	return []string{
-		sidecar.EnvS3AccessKeyID + "=" + tn.w.s3.AccessKeyID,
-		sidecar.EnvS3SecretAccessKey + "=" + tn.w.s3.SecretAccessKey,
+		cli.EnvS3AccessKeyID + "=" + tn.w.s3.AccessKeyID,
+		cli.EnvS3SecretAccessKey + "=" + tn.w.s3.SecretAccessKey,
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnstore/cairn/internal/cli"
 	"github.com/cairnstore/cairn/internal/sidecar"
 )
 
@@ -277,10 +278,10 @@ func TestSweeperBinary(t *testing.T) {
 			{"NoPrefix", dropFlag(tn.args("--once"), "--prefix"), tn.creds(), sidecar.ExitUsage, "--prefix (or CAIRN_PREFIX) is required"},
 			{"MissingBucket", tn.args("--once", "--older-than=0s", "--s3-bucket=no-such-bucket"), tn.creds(), sidecar.ExitFailure, `no-such-bucket\" does not exist`},
 			{"WrongSecret", tn.args("--once", "--older-than=0s"), []string{
-				sidecar.EnvS3AccessKeyID + "=" + w.s3.AccessKeyID, sidecar.EnvS3SecretAccessKey + "=wrong-secret",
+				cli.EnvS3AccessKeyID + "=" + w.s3.AccessKeyID, cli.EnvS3SecretAccessKey + "=wrong-secret",
 			}, sidecar.ExitFailure, "credentials for bucket"},
 			{"UnknownAccessKey", tn.args("--once", "--older-than=0s"), []string{
-				sidecar.EnvS3AccessKeyID + "=nobody", sidecar.EnvS3SecretAccessKey + "=wrong-secret",
+				cli.EnvS3AccessKeyID + "=nobody", cli.EnvS3SecretAccessKey + "=wrong-secret",
 			}, sidecar.ExitFailure, "credentials for bucket"},
 			{"UnreachableEtcd", tn.args("--once", "--older-than=0s", "--etcd-endpoints=127.0.0.1:1", "--probe-timeout=1s"), tn.creds(), sidecar.ExitFailure, "cannot reach etcd at 127.0.0.1:1"},
 			{"WrongPrefixLooksEmpty", tn.args("--once", "--older-than=0s", "--prefix=other-tenant/"), tn.creds(), sidecar.ExitFailure, "the store has no checkpoints"},

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cairnstore/cairn/internal/cli"
 )
 
 // required are the flags every valid configuration needs.
@@ -45,8 +47,8 @@ func TestParsePrecedence(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !slices.Equal(c.EtcdEndpoints, tc.endpoints) {
-				t.Errorf("endpoints = %q; want %q", c.EtcdEndpoints, tc.endpoints)
+			if !slices.Equal(c.Etcd.Endpoints, tc.endpoints) {
+				t.Errorf("endpoints = %q; want %q", c.Etcd.Endpoints, tc.endpoints)
 			}
 			if got := sourceOf(c, "etcd-endpoints"); got != tc.source {
 				t.Errorf("source = %q; want %q", got, tc.source)
@@ -55,14 +57,7 @@ func TestParsePrecedence(t *testing.T) {
 	}
 }
 
-func sourceOf(c Config, name string) string {
-	for _, s := range c.settings {
-		if s.name == name {
-			return s.source
-		}
-	}
-	return ""
-}
+func sourceOf(c Config, name string) string { return c.flags.Source(name) }
 
 func TestParseEveryFlagHasAVariable(t *testing.T) {
 	env := map[string]string{
@@ -97,14 +92,15 @@ func TestParseEveryFlagHasAVariable(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Config{
-		EtcdEndpoints: []string{"a:1", "b:2"}, EtcdDialTimeout: 3 * time.Second, EtcdRequestTimeout: 4 * time.Second,
-		EtcdUser: "sweeper", EtcdPassword: "pw", Prefix: "app/",
-		Keep: 20, OlderThan: 7 * 24 * time.Hour, DryRun: true, MaxDeletes: 1000, BatchSize: 500, Verify: true, AllowEmptyStore: true,
+		Etcd: cli.Etcd{Endpoints: []string{"a:1", "b:2"}, DialTimeout: 3 * time.Second, RequestTimeout: 4 * time.Second,
+			User: "sweeper", Password: "pw"},
+		Prefix: "app/",
+		Keep:   20, OlderThan: 7 * 24 * time.Hour, DryRun: true, MaxDeletes: 1000, BatchSize: 500, Verify: true, AllowEmptyStore: true,
 		Interval: 24 * time.Hour, LockTTL: 15 * time.Second, ProbeTimeout: 2 * time.Second, ShutdownTimeout: 9 * time.Second,
 		Listen: ":9090", LogLevel: slog.LevelDebug, LogFormat: "text",
 	}
 	want.S3.Endpoint, want.S3.Region, want.S3.Bucket, want.S3.PathStyle = "https://acct.r2.cloudflarestorage.com", "auto", "blobs", true
-	c.settings = nil
+	c.flags = nil
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("config\n%+v\nwant\n%+v", c, want)
 	}
@@ -142,7 +138,7 @@ func TestParseErrors(t *testing.T) {
 		{"MissingPasswordFile", []string{"--etcd-user=u", "--etcd-password-file=" + filepath.Join(dir, "none")}, nil, "--etcd-password-file"},
 		{"EmptyPasswordFile", []string{"--etcd-user=u", "--etcd-password-file=" + empty}, nil, "is empty"},
 		{"BadS3Endpoint", []string{"--s3-endpoint=r2.example"}, nil, `S3 settings: Endpoint "r2.example" must be an http or https URL`},
-		{"OnlyOneS3Key", nil, map[string]string{EnvS3AccessKeyID: "id"}, "AccessKeyID and SecretAccessKey go together"},
+		{"OnlyOneS3Key", nil, map[string]string{cli.EnvS3AccessKeyID: "id"}, "AccessKeyID and SecretAccessKey go together"},
 		{"LockTimeoutWithInterval", []string{"--lock-timeout=1m"}, map[string]string{"CAIRN_ONCE": "false", "CAIRN_INTERVAL": "1h"}, "--lock-timeout applies to --once"},
 		{"ShortLockTTL", []string{"--lock-ttl=1s"}, nil, "--lock-ttl must be at least 2s"},
 		{"ZeroProbeTimeout", []string{"--probe-timeout=0"}, nil, "--probe-timeout must be positive"},
@@ -216,42 +212,14 @@ func TestParseHelp(t *testing.T) {
 	}
 	fs := newFlagSet(&Config{}, &bytes.Buffer{})
 	fs.VisitAll(func(f *flag.Flag) {
-		if !strings.Contains(out.String(), "--"+f.Name+"\n") || !strings.Contains(out.String(), EnvName(f.Name)) {
-			t.Errorf("the help does not list --%s with %s", f.Name, EnvName(f.Name))
+		if !strings.Contains(out.String(), "--"+f.Name+"\n") || !strings.Contains(out.String(), cli.EnvName(f.Name)) {
+			t.Errorf("the help does not list --%s with %s", f.Name, cli.EnvName(f.Name))
 		}
 	})
-	for _, s := range []string{"ETCDCTL_ENDPOINTS", EnvS3AccessKeyID, "11 another sweeper holds the lock"} {
+	for _, s := range []string{"ETCDCTL_ENDPOINTS", cli.EnvS3AccessKeyID, "11 another sweeper holds the lock"} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("the help does not mention %s", s)
 		}
-	}
-}
-
-func TestParseDuration(t *testing.T) {
-	tests := []struct {
-		name string
-		in   string
-		want time.Duration
-		ok   bool
-	}{
-		{"Zero", "0", 0, true},
-		{"Seconds", "90s", 90 * time.Second, true},
-		{"HoursAndMinutes", "1h30m", 90 * time.Minute, true},
-		{"Days", "7d", 7 * 24 * time.Hour, true},
-		{"DaysWithSpaces", " 2d ", 48 * time.Hour, true},
-		{"Negative", "-1h", -time.Hour, true},
-		{"BareD", "d", 0, false},
-		{"FractionalDays", "1.5d", 0, false},
-		{"Word", "yesterday", 0, false},
-		{"Empty", "", 0, false},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseDuration(tc.in)
-			if (err == nil) != tc.ok || got != tc.want {
-				t.Errorf("parseDuration(%q) = %v, %v; want %v, ok=%t", tc.in, got, err, tc.want, tc.ok)
-			}
-		})
 	}
 }
 
@@ -273,7 +241,7 @@ func TestSecretsAreRedacted(t *testing.T) {
 		{"UserColonPassword", []string{"--etcd-user=root:colon-secret"}, nil, []string{"colon-secret"}, "colon-secret", ""},
 		{"EtcdctlPassword", nil, map[string]string{"ETCDCTL_USER": "root", "ETCDCTL_PASSWORD": "env-secret"}, []string{"env-secret"}, "env-secret", ""},
 		{"PasswordFile", []string{"--etcd-user=root", "--etcd-password-file=" + pwFile}, nil, []string{"file-secret"}, "file-secret", ""},
-		{"S3Keys", nil, map[string]string{EnvS3AccessKeyID: "AKIDSECRET", EnvS3SecretAccessKey: "s3-secret", EnvS3SessionToken: "token-secret"},
+		{"S3Keys", nil, map[string]string{cli.EnvS3AccessKeyID: "AKIDSECRET", cli.EnvS3SecretAccessKey: "s3-secret", cli.EnvS3SessionToken: "token-secret"},
 			[]string{"AKIDSECRET", "s3-secret", "token-secret"}, "", ""},
 		{"EndpointUserinfo", []string{"--s3-endpoint=https://user:url-secret@host.example"}, nil, []string{"url-secret"}, "", "user:xxxxx@host.example"},
 	}
@@ -283,12 +251,12 @@ func TestSecretsAreRedacted(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if c.EtcdPassword != tc.password {
-				t.Errorf("password = %q; want %q", c.EtcdPassword, tc.password)
+			if c.Etcd.Password != tc.password {
+				t.Errorf("password = %q; want %q", c.Etcd.Password, tc.password)
 			}
 			for _, format := range []string{"json", "text"} {
 				var out bytes.Buffer
-				NewLogger(&out, format, slog.LevelInfo).Info("sweeper starting", "settings", c)
+				cli.NewLogger(&out, format, slog.LevelInfo).Info("sweeper starting", "settings", c)
 				for _, s := range tc.secrets {
 					if strings.Contains(out.String(), s) {
 						t.Errorf("%s log shows the secret %q:\n%s", format, s, out.String())
@@ -296,7 +264,7 @@ func TestSecretsAreRedacted(t *testing.T) {
 				}
 				marker := tc.marker
 				if marker == "" {
-					marker = redacted
+					marker = "[redacted]"
 				}
 				if !strings.Contains(out.String(), marker) {
 					t.Errorf("%s log shows no %s:\n%s", format, marker, out.String())
@@ -310,17 +278,5 @@ func TestUsageErrorsNeverShowSecrets(t *testing.T) {
 	_, err := Parse(append(slices.Clone(required), "--etcd-password=hunter2"), nil, &bytes.Buffer{})
 	if err == nil || strings.Contains(err.Error(), "hunter2") {
 		t.Fatalf("err = %v; want a usage error without the password", err)
-	}
-}
-
-func TestEnvName(t *testing.T) {
-	for flagName, want := range map[string]string{
-		"etcd-endpoints": "CAIRN_ETCD_ENDPOINTS",
-		"s3-path-style":  "CAIRN_S3_PATH_STYLE",
-		"once":           "CAIRN_ONCE",
-	} {
-		if got := EnvName(flagName); got != want {
-			t.Errorf("EnvName(%q) = %q; want %q", flagName, got, want)
-		}
 	}
 }

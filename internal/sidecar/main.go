@@ -12,16 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	"go.etcd.io/etcd/client/pkg/v3/transport"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
-	"github.com/cairnstore/cairn/bucket"
 	"github.com/cairnstore/cairn/etcdstore"
-	"github.com/cairnstore/cairn/keys"
+	"github.com/cairnstore/cairn/internal/cli"
 )
 
 // Env is what Main needs from its process.
@@ -57,7 +49,7 @@ func Main(e Env) int {
 		fmt.Fprintf(e.Stderr, "sweeper: %v\nRun sweeper --help to see the flags.\n", err)
 		return ExitUsage
 	}
-	log := NewLogger(e.Stderr, cfg.LogFormat, cfg.LogLevel)
+	log := cli.NewLogger(e.Stderr, cfg.LogFormat, cfg.LogLevel)
 	log.Info("sweeper starting", "settings", cfg)
 
 	// stop ends at the first signal, hard at the second one or when the
@@ -130,19 +122,19 @@ func run(hard, stop context.Context, cfg Config, log *slog.Logger, h *health, li
 		return ExitFailure
 	}
 
-	client, err := ConnectEtcd(stop, cfg)
+	client, err := cli.ConnectEtcd(stop, cfg.Etcd, cfg.Prefix, cfg.ProbeTimeout)
 	if err != nil {
 		return failed("etcd check failed; nothing was done", err)
 	}
 	defer client.Close()
-	log.Info("etcd answers", "endpoints", strings.Join(cfg.EtcdEndpoints, ","))
+	log.Info("etcd answers", "endpoints", cli.RedactURLs(strings.Join(cfg.Etcd.Endpoints, ",")))
 
-	blobs, err := OpenBucket(stop, cfg)
+	blobs, err := cli.OpenBucket(stop, cfg.S3, cfg.ProbeTimeout)
 	if err != nil {
 		return failed("bucket check failed; nothing was done", err)
 	}
 	defer blobs.Close()
-	log.Info("bucket answers", "bucket", cfg.S3.Bucket, "endpoint", redactURLs(cfg.S3.Endpoint))
+	log.Info("bucket answers", "bucket", cfg.S3.Bucket, "endpoint", cli.RedactURLs(cfg.S3.Endpoint))
 
 	// The bucket also holds the bodies of version-2 checkpoints, which the
 	// sweep must read to count their references and keep their objects.
@@ -161,7 +153,7 @@ func run(hard, stop context.Context, cfg Config, log *slog.Logger, h *health, li
 		Repair:          cfg.Repair,
 		AllowEmptyStore: cfg.AllowEmptyStore,
 		LockTTL:         cfg.LockTTL,
-		RequestTimeout:  cfg.EtcdRequestTimeout,
+		RequestTimeout:  cfg.Etcd.RequestTimeout,
 	}, log, metrics)
 	defer sw.Close()
 	h.setReady(true, "")
@@ -190,88 +182,4 @@ func run(hard, stop context.Context, cfg Config, log *slog.Logger, h *health, li
 	}
 	log.Info("sweeper stopped", "exit_code", ExitOK)
 	return ExitOK
-}
-
-// NewLogger returns the sweeper's logger: JSON or text records at level and
-// above, to w.
-func NewLogger(w io.Writer, format string, level slog.Level) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: level}
-	if format == "text" {
-		return slog.New(slog.NewTextHandler(w, opts))
-	}
-	return slog.New(slog.NewJSONHandler(w, opts))
-}
-
-// ConnectEtcd returns a client of the configured etcd, after checking within
-// --probe-timeout that etcd answers a read under the prefix. Its errors say
-// whether etcd is unreachable, rejected the credentials, or refused the read.
-func ConnectEtcd(ctx context.Context, cfg Config) (*clientv3.Client, error) {
-	cc := clientv3.Config{
-		Endpoints:   cfg.EtcdEndpoints,
-		DialTimeout: cfg.EtcdDialTimeout,
-		Username:    cfg.EtcdUser,
-		Password:    cfg.EtcdPassword,
-		Logger:      zap.NewNop(),
-	}
-	if cfg.EtcdCACert != "" || cfg.EtcdCert != "" {
-		tlsInfo := transport.TLSInfo{CertFile: cfg.EtcdCert, KeyFile: cfg.EtcdKey, TrustedCAFile: cfg.EtcdCACert}
-		tc, err := tlsInfo.ClientConfig()
-		if err != nil {
-			return nil, fmt.Errorf("etcd TLS settings (--etcd-cacert, --etcd-cert, --etcd-key): %w", err)
-		}
-		cc.TLS = tc
-	}
-	where := strings.Join(cfg.EtcdEndpoints, ",")
-	client, err := clientv3.New(cc)
-	if err != nil {
-		return nil, describeEtcdError(err, where, cfg)
-	}
-	pctx, cancel := context.WithTimeout(ctx, cfg.ProbeTimeout)
-	defer cancel()
-	root := keys.NewLayout(cfg.Prefix).Root()
-	_, err = client.Get(pctx, string(root), clientv3.WithRange(string(keys.PrefixEnd(root))), clientv3.WithLimit(1), clientv3.WithKeysOnly())
-	if err != nil {
-		client.Close()
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, describeEtcdError(err, where, cfg)
-	}
-	return client, nil
-}
-
-// describeEtcdError says what a failed connection or probe means.
-func describeEtcdError(err error, where string, cfg Config) error {
-	switch {
-	case errors.Is(err, rpctypes.ErrAuthFailed), errors.Is(err, rpctypes.ErrInvalidAuthToken), errors.Is(err, rpctypes.ErrUserEmpty):
-		return fmt.Errorf("etcd at %s rejected the user name or password (--etcd-user %q): %w", where, cfg.EtcdUser, err)
-	case errors.Is(err, rpctypes.ErrPermissionDenied):
-		return fmt.Errorf("etcd user %q may not read the keys of --prefix %q at %s: %w", cfg.EtcdUser, cfg.Prefix, where, err)
-	case errors.Is(err, rpctypes.ErrAuthNotEnabled):
-		return fmt.Errorf("etcd at %s has authentication off: drop --etcd-user: %w", where, err)
-	case errors.Is(err, context.DeadlineExceeded), status.Code(err) == codes.DeadlineExceeded, status.Code(err) == codes.Unavailable:
-		return fmt.Errorf("cannot reach etcd at %s within %v (is it running, and are --etcd-endpoints and the TLS settings right?): %w",
-			where, cfg.ProbeTimeout, err)
-	}
-	return fmt.Errorf("etcd at %s: %w", where, err)
-}
-
-// OpenBucket returns the configured bucket, after checking within
-// --probe-timeout that the bucket exists and the credentials may list it.
-// Its errors say which of these failed, or that the endpoint is unreachable.
-func OpenBucket(ctx context.Context, cfg Config) (*bucket.S3, error) {
-	pctx, cancel := context.WithTimeout(ctx, cfg.ProbeTimeout)
-	defer cancel()
-	b, err := bucket.NewS3(pctx, cfg.S3)
-	if err != nil {
-		return nil, err
-	}
-	if err := b.Probe(pctx); err != nil {
-		b.Close()
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			return nil, fmt.Errorf("bucket %q at %s did not answer within %v: %w", cfg.S3.Bucket, redactURLs(cfg.S3.Endpoint), cfg.ProbeTimeout, err)
-		}
-		return nil, err
-	}
-	return b, nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/cairnstore/cairn/bucket"
 	"github.com/cairnstore/cairn/etcdstore"
 	"github.com/cairnstore/cairn/internal/childproc"
+	"github.com/cairnstore/cairn/internal/cli"
 	"github.com/cairnstore/cairn/internal/embedetcd"
 	"github.com/cairnstore/cairn/keys"
 )
@@ -125,7 +126,7 @@ func (f *fixture) sweeper(t *testing.T, opts RunOptions, m *Metrics) *Sweeper {
 		opts.Now = func() time.Time { return now }
 	}
 	opts.RequestTimeout = 5 * time.Second
-	s := NewSweeper(f.client, f.store, f.blobs, opts, NewLogger(f.log, "json", slog.LevelDebug), m)
+	s := NewSweeper(f.client, f.store, f.blobs, opts, cli.NewLogger(f.log, "json", slog.LevelDebug), m)
 	t.Cleanup(s.Close)
 	return s
 }
