@@ -120,7 +120,7 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"NegativeOlderThan", []string{"--older-than=-1h"}, nil, "--older-than must not be negative"},
 		{"UnparsableOlderThan", []string{"--older-than=yesterday"}, nil, `"yesterday" is not a duration`},
-		{"UnparsableOlderThanFromEnv", nil, map[string]string{"CAIRN_OLDER_THAN": "soon"}, `CAIRN_OLDER_THAN: "soon" is not a duration`},
+		{"UnparsableOlderThanFromEnv", nil, map[string]string{"CAIRN_OLDER_THAN": "soon"}, `invalid value "soon" for CAIRN_OLDER_THAN (the variable of --older-than): "soon" is not a duration`},
 		{"UnparsableBoolFromEnv", nil, map[string]string{"CAIRN_DRY_RUN": "perhaps"}, "CAIRN_DRY_RUN"},
 		{"NegativeKeep", []string{"--keep=-1"}, nil, "--keep must be 0"},
 		{"NegativeMaxDeletes", []string{"--max-deletes=-5"}, nil, "--max-deletes must be 0"},
@@ -143,7 +143,7 @@ func TestParseErrors(t *testing.T) {
 		{"ShortLockTTL", []string{"--lock-ttl=1s"}, nil, "--lock-ttl must be at least 2s"},
 		{"ZeroProbeTimeout", []string{"--probe-timeout=0"}, nil, "--probe-timeout must be positive"},
 		{"PositionalArgument", []string{"sweep"}, nil, `unexpected argument "sweep"`},
-		{"UnknownFlag", []string{"--older-then=1h"}, nil, "flag provided but not defined: -older-then"},
+		{"UnknownFlag", []string{"--older-then=1h"}, nil, "flag provided but not defined: --older-then"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
