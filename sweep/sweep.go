@@ -217,7 +217,7 @@ func (r Report) LogValue() slog.Value {
 		slog.Int("unsettled", r.Unsettled),
 		slog.Int("aborted", len(r.Aborted)),
 		slog.Int("batches", r.Batches),
-		slog.Duration("duration", r.Duration),
+		slog.String("duration", r.Duration.String()),
 	)
 }
 
