@@ -393,14 +393,8 @@ func CheckDeleteThreadInput(in *DeleteThreadInput) error {
 // (ErrInvalidID), the writer's thread (ErrWriterLost), then keep, which must
 // be a safe integer of 1 or more (ErrInvalidEntry).
 func CheckDeleteCheckpointsInput(in *DeleteCheckpointsInput) error {
-	if err := ValidateID(in.ThreadID, "thread id"); err != nil {
+	if err := CheckDeleteThreadInput(&DeleteThreadInput{ThreadID: in.ThreadID, Writer: in.Writer}); err != nil {
 		return err
-	}
-	if err := ValidateID(in.Writer.ThreadID, "writer thread id"); err != nil {
-		return err
-	}
-	if in.Writer.ThreadID != in.ThreadID {
-		return NewError(CodeWriterLost, "writer thread %q does not match thread %q", in.Writer.ThreadID, in.ThreadID)
 	}
 	k := in.Keep
 	if !isFinite(k) || k != math.Trunc(k) || k < 1 || k > MaxSafeInteger {

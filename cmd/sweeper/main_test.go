@@ -99,9 +99,10 @@ func TestSweeperBinary(t *testing.T) {
 		if p.code != sidecar.ExitOK {
 			t.Fatalf("exit code %d; want 0; output:\n%s", p.code, p.output())
 		}
-		// The dry run removes no checkpoint, so only the orphans are
-		// unreferenced.
-		if _, ok := p.record("Dry run: would delete 3 blobs"); !ok {
+		// The dry run removes no checkpoint, but counts the blobs only the
+		// checkpoints its prune would remove use: the real run's 6, not
+		// only the 3 orphans.
+		if _, ok := p.record("Dry run: would delete 6 blobs"); !ok {
 			t.Fatalf("no dry-run summary; output:\n%s", p.output())
 		}
 		if got := tn.keys(t); !slices.Equal(got, before) {
