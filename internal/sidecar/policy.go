@@ -57,6 +57,11 @@ func readPolicyFile(path, defaultBucket string) ([]Target, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: --policy-file: %w", ErrUsage, err)
 	}
+	return parsePolicyFile(data, path, defaultBucket)
+}
+
+// parsePolicyFile is readPolicyFile on the file's contents.
+func parsePolicyFile(data []byte, path, defaultBucket string) ([]Target, error) {
 	var f policyFile
 	if err := yaml.UnmarshalStrict(data, &f); err != nil {
 		return nil, cli.Usagef("--policy-file %s: %v", path, err)
@@ -217,6 +222,11 @@ func readPlan(path string, targets []Target) (map[string][]sweep.ThreadPlan, err
 	if err != nil {
 		return nil, fmt.Errorf("%w: --apply: %w", ErrUsage, err)
 	}
+	return parsePlan(data, path, targets)
+}
+
+// parsePlan is readPlan on the file's contents.
+func parsePlan(data []byte, path string, targets []Target) (map[string][]sweep.ThreadPlan, error) {
 	var p PlanFile
 	if err := json.Unmarshal(data, &p); err != nil {
 		return nil, cli.Usagef("--apply %s: not a plan file: %v", path, err)
