@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/cairnstore/cairn"
@@ -59,29 +60,19 @@ func (op *deleteThreadOp) run(ctx context.Context, pending error, pendingRev int
 			return err
 		}}
 	for range maxAttempts {
-		now := s.now()
-		rs, _, err := s.readOnly(ctx, clientv3.OpGet(threadKey), clientv3.OpGet(wk.Owner), clientv3.OpGet(wk.Expiry),
-			clientv3.OpGet(string(s.layout.Checkpoints(in.ThreadID)), clientv3.WithPrefix()))
+		r, landed, err := s.readForRemoval(ctx, a, in.ThreadID, in.Writer)
 		if err != nil {
-			return nil, a.fail(err)
-		}
-		st, err := parseThread(first(rs[0]))
-		if err != nil {
-			return nil, a.fail(err)
-		}
-		if ok, err := a.landed(ctx, st); err != nil {
 			return nil, err
-		} else if ok {
+		}
+		if landed {
 			s.forget(in.ThreadID)
 			return op.finish(ctx, 0), nil
 		}
-		if !fence.Decode(first(rs[1]), first(rs[2])).Current(in.Writer, now) {
-			return nil, a.fail(cairn.NewError(cairn.CodeWriterLost, "writer lease for thread %q is no longer current", in.ThreadID))
-		}
+		st, now := r.st, r.now
 		// The live records: published (no staging lease) and above the floor.
 		// The checkpoint keys sort by createdAt, then id: the order of List.
 		op.removed = op.removed[:0]
-		for _, kv := range rs[3].Kvs {
+		for _, kv := range r.kvs {
 			m, err := parseMeta(kv)
 			if err != nil {
 				return nil, a.fail(err)
@@ -142,6 +133,39 @@ func (op *deleteThreadOp) run(ctx context.Context, pending error, pendingRev int
 		return op.finish(ctx, inTxn), nil
 	}
 	return nil, a.exhausted()
+}
+
+// removalRead is what a removal of checkpoints (DeleteCheckpoints,
+// DeleteThread) reads at one revision.
+type removalRead struct {
+	st  threadState
+	kvs []*mvccpb.KeyValue // the thread's checkpoint records
+	now float64            // the store's clock at the read
+}
+
+// readForRemoval reads the thread record, the writer record and the
+// thread's checkpoint records at one revision. landed reports that the write
+// a retries (after an unknown outcome) landed; otherwise it checks that w is
+// current. Its errors are ready to return: a's failures and ErrWriterLost.
+func (s *Store) readForRemoval(ctx context.Context, a *attempts, thread string, w cairn.Writer) (removalRead, bool, error) {
+	wk := s.writerKeys(thread)
+	now := s.now()
+	rs, _, err := s.readOnly(ctx, clientv3.OpGet(string(s.layout.Thread(thread))), clientv3.OpGet(wk.Owner), clientv3.OpGet(wk.Expiry),
+		clientv3.OpGet(string(s.layout.Checkpoints(thread)), clientv3.WithPrefix()))
+	if err != nil {
+		return removalRead{}, false, a.fail(err)
+	}
+	st, err := parseThread(first(rs[0]))
+	if err != nil {
+		return removalRead{}, false, a.fail(err)
+	}
+	if ok, err := a.landed(ctx, st); err != nil || ok {
+		return removalRead{}, ok, err
+	}
+	if !fence.Decode(first(rs[1]), first(rs[2])).Current(w, now) {
+		return removalRead{}, false, a.fail(cairn.NewError(cairn.CodeWriterLost, "writer lease for thread %q is no longer current", thread))
+	}
+	return removalRead{st: st, kvs: rs[3].Kvs, now: now}, false, nil
 }
 
 // finish returns the removed ids and deletes the records past the first
