@@ -26,6 +26,7 @@ func newMemoryForkStore(t *testing.T, opts cairn.Options) conformance.ForkStore 
 func TestMemoryStoreConformance(t *testing.T) {
 	conformance.RunStoreTests(t, newMemoryStore)
 	conformance.RunPruneTests(t, newMemoryStore)
+	conformance.RunDeleteThreadTests(t, newMemoryStore)
 	conformance.RunThreadListerTests(t, newMemoryStore)
 	conformance.RunBlobReferenceWalkerTests(t, newMemoryStore)
 	conformance.RunBlobGCTests(t, newMemoryStore)
@@ -35,6 +36,7 @@ func TestMemoryForkStoreConformance(t *testing.T) {
 	asStore := func(t *testing.T, opts cairn.Options) cairn.Store { return newMemoryForkStore(t, opts) }
 	conformance.RunStoreTests(t, asStore)
 	conformance.RunPruneTests(t, asStore)
+	conformance.RunDeleteThreadTests(t, asStore)
 	conformance.RunThreadListerTests(t, asStore)
 	conformance.RunBlobReferenceWalkerTests(t, asStore)
 	conformance.RunBlobGCTests(t, asStore)

@@ -27,6 +27,7 @@ type MemoryForkStore struct {
 var (
 	_ Store               = (*MemoryStore)(nil)
 	_ Pruner              = (*MemoryStore)(nil)
+	_ ThreadDeleter       = (*MemoryStore)(nil)
 	_ ThreadLister        = (*MemoryStore)(nil)
 	_ BlobReferenceWalker = (*MemoryStore)(nil)
 	_ Forker              = (*MemoryForkStore)(nil)
@@ -339,6 +340,34 @@ func (m *MemoryStore) DeleteCheckpoints(ctx context.Context, in DeleteCheckpoint
 		s.remove(chain[i])
 		removed = append(removed, chain[i].ID)
 	}
+	return removed, nil
+}
+
+// DeleteThread implements ThreadDeleter.
+func (m *MemoryStore) DeleteThread(ctx context.Context, in DeleteThreadInput) ([]string, error) {
+	if err := CheckDeleteThreadInput(&in); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s := m.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.writers[in.ThreadID].Current(in.Writer, s.now()) {
+		return nil, writerLost(in.ThreadID)
+	}
+	list := make([]Checkpoint, 0, len(s.threads[in.ThreadID]))
+	for id := range s.threads[in.ThreadID] {
+		list = append(list, *s.checkpoints[id])
+	}
+	SortCheckpoints(list)
+	removed := make([]string, 0, len(list))
+	for i := range list {
+		s.remove(s.checkpoints[list[i].ID])
+		removed = append(removed, list[i].ID)
+	}
+	delete(s.heads, in.ThreadID)
 	return removed, nil
 }
 

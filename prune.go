@@ -21,9 +21,36 @@ func KeepNewest(ctx context.Context, store Store, threadID string, keep int) ([]
 	if !ok {
 		return nil, fmt.Errorf("keep newest of thread %q: %w", threadID, ErrUnsupported)
 	}
+	return WithWriter(ctx, store, threadID, func(w Writer) ([]string, error) {
+		return p.DeleteCheckpoints(ctx, DeleteCheckpointsInput{ThreadID: threadID, Keep: float64(keep), Writer: w})
+	})
+}
+
+// DeleteThread removes the whole thread under its writer lease: it acquires
+// the lease, calls ThreadDeleter.DeleteThread and releases the lease, also
+// when the delete fails. It returns ErrUnsupported when store is not a
+// ThreadDeleter, ErrWriterConflict when another writer holds the thread, and
+// the errors of ThreadDeleter.DeleteThread.
+func DeleteThread(ctx context.Context, store Store, threadID string) ([]string, error) {
+	d, ok := store.(ThreadDeleter)
+	if !ok {
+		return nil, fmt.Errorf("delete thread %q: %w", threadID, ErrUnsupported)
+	}
+	return WithWriter(ctx, store, threadID, func(w Writer) ([]string, error) {
+		return d.DeleteThread(ctx, DeleteThreadInput{ThreadID: threadID, Writer: w})
+	})
+}
+
+// WithWriter acquires the thread's writer lease, calls fn with it and
+// releases the lease, also when fn fails or ctx has ended (the release is
+// then bounded by a timeout of its own). It returns the errors of
+// AcquireWriter (ErrWriterConflict when another writer holds the thread)
+// and those of fn.
+func WithWriter[T any](ctx context.Context, store Store, threadID string, fn func(Writer) (T, error)) (T, error) {
 	lease, err := store.AcquireWriter(ctx, threadID)
 	if err != nil {
-		return nil, err
+		var zero T
+		return zero, err
 	}
 	defer func() {
 		// Release even when ctx has ended, so the thread is not left locked
@@ -32,5 +59,5 @@ func KeepNewest(ctx context.Context, store Store, threadID string, keep int) ([]
 		defer cancel()
 		lease.Release(rctx)
 	}()
-	return p.DeleteCheckpoints(ctx, DeleteCheckpointsInput{ThreadID: threadID, Keep: float64(keep), Writer: lease.Writer})
+	return fn(lease.Writer)
 }

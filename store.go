@@ -75,6 +75,22 @@ type Pruner interface {
 	DeleteCheckpoints(ctx context.Context, in DeleteCheckpointsInput) ([]string, error)
 }
 
+// ThreadDeleter is the optional capability to remove a whole thread, which
+// the contract does not have: a retention policy uses it to drop threads that
+// went idle.
+type ThreadDeleter interface {
+	// DeleteThread removes every checkpoint of the thread, on its head's
+	// chain or not, and its head, and removes one reference from each
+	// distinct blob key of every removed checkpoint, as one atomic step. It
+	// returns the removed ids in the order of List ([] for a thread without
+	// checkpoints). The writer lease stays current until released, the
+	// thread's fences keep rising, and the thread's transcript (Forker) is
+	// not touched. It returns, in order: ErrInvalidID for an invalid thread
+	// or writer thread id; ErrWriterLost when the writer's thread is not
+	// ThreadID or the lease is not current.
+	DeleteThread(ctx context.Context, in DeleteThreadInput) ([]string, error)
+}
+
 // Forker is the optional capability to fork a checkpoint into a new thread.
 type Forker interface {
 	// ForkFromCheckpoint copies the source checkpoint into the empty

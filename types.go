@@ -118,6 +118,12 @@ type DeleteCheckpointsInput struct {
 	Writer   Writer
 }
 
+// DeleteThreadInput is the argument of ThreadDeleter.DeleteThread.
+type DeleteThreadInput struct {
+	ThreadID string
+	Writer   Writer
+}
+
 // ForkInput is the argument of Forker.ForkFromCheckpoint. Writer is a lease on
 // the destination thread.
 type ForkInput struct {

@@ -372,11 +372,10 @@ func (v DeleteHeadView) Check(in *DeleteHeadInput, now float64) error {
 	return nil
 }
 
-// CheckDeleteCheckpointsInput runs the checks of DeleteCheckpoints that need no
-// store state, in order: the thread id and the writer's thread id
-// (ErrInvalidID), the writer's thread (ErrWriterLost), then keep, which must
-// be a safe integer of 1 or more (ErrInvalidEntry).
-func CheckDeleteCheckpointsInput(in *DeleteCheckpointsInput) error {
+// CheckDeleteThreadInput runs the checks of DeleteThread that need no store
+// state, in order: the thread id and the writer's thread id (ErrInvalidID),
+// then the writer's thread (ErrWriterLost).
+func CheckDeleteThreadInput(in *DeleteThreadInput) error {
 	if err := ValidateID(in.ThreadID, "thread id"); err != nil {
 		return err
 	}
@@ -385,6 +384,17 @@ func CheckDeleteCheckpointsInput(in *DeleteCheckpointsInput) error {
 	}
 	if in.Writer.ThreadID != in.ThreadID {
 		return NewError(CodeWriterLost, "writer thread %q does not match thread %q", in.Writer.ThreadID, in.ThreadID)
+	}
+	return nil
+}
+
+// CheckDeleteCheckpointsInput runs the checks of DeleteCheckpoints that need no
+// store state, in order: the thread id and the writer's thread id
+// (ErrInvalidID), the writer's thread (ErrWriterLost), then keep, which must
+// be a safe integer of 1 or more (ErrInvalidEntry).
+func CheckDeleteCheckpointsInput(in *DeleteCheckpointsInput) error {
+	if err := CheckDeleteThreadInput(&DeleteThreadInput{ThreadID: in.ThreadID, Writer: in.Writer}); err != nil {
+		return err
 	}
 	k := in.Keep
 	if !isFinite(k) || k != math.Trunc(k) || k < 1 || k > MaxSafeInteger {

@@ -67,6 +67,10 @@ type Config struct {
 	// the SDK's transport settings (AWS_CA_BUNDLE included), whose idle
 	// connections Close closes.
 	HTTPClient *http.Client
+	// Logger receives the AWS SDK's own messages (such as its fallback to
+	// IMDSv1 while it looks for credentials) as records of this logger, so
+	// that a JSON log stays JSON. Nil discards them.
+	Logger *slog.Logger
 }
 
 // R2Endpoint returns the S3 endpoint of a Cloudflare account's R2 buckets.

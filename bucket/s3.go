@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go/logging"
 )
 
 // S3 is a Bucket on an S3-compatible service: Cloudflare R2, AWS S3, or a
@@ -57,6 +59,7 @@ func NewS3(ctx context.Context, cfg Config) (*S3, error) {
 		config.WithRequestChecksumCalculation(aws.RequestChecksumCalculationWhenRequired),
 		config.WithResponseChecksumValidation(aws.ResponseChecksumValidationWhenRequired),
 	}
+	opts = append(opts, config.WithLogger(sdkLogger{cfg.Logger}))
 	if cfg.Region != "" {
 		opts = append(opts, config.WithRegion(cfg.Region))
 	}
@@ -103,6 +106,21 @@ func NewS3(ctx context.Context, cfg Config) (*S3, error) {
 		b.mode = mode
 	}
 	return b, nil
+}
+
+// sdkLogger hands the AWS SDK's messages to a slog.Logger: warnings as
+// warnings, the rest at debug level.
+type sdkLogger struct{ l *slog.Logger }
+
+func (s sdkLogger) Logf(c logging.Classification, format string, v ...any) {
+	if s.l == nil {
+		return
+	}
+	level := slog.LevelDebug
+	if c == logging.Warn {
+		level = slog.LevelWarn
+	}
+	s.l.Log(context.Background(), level, "AWS SDK: "+fmt.Sprintf(format, v...), "component", "aws-sdk")
 }
 
 // sdkTransport returns a transport of its own with the settings of the SDK's

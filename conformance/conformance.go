@@ -80,6 +80,24 @@ func RunPruneTests(t *testing.T, newStore StoreFactory) {
 	})
 }
 
+// RunDeleteThreadTests runs the suite of the ThreadDeleter capability and of
+// cairn.DeleteThread. It skips, with a message saying so, when the store does
+// not implement cairn.ThreadDeleter.
+func RunDeleteThreadTests(t *testing.T, newStore StoreFactory) {
+	t.Helper()
+	t.Run("DeleteThread", func(t *testing.T) {
+		for _, c := range deleteThreadCases() {
+			runCase(t, c.name, func(t *testing.T, ctx context.Context) {
+				e := newEnv(t, ctx, newStore)
+				if _, ok := e.s.(cairn.ThreadDeleter); !ok {
+					t.Skipf("%T does not implement cairn.ThreadDeleter", e.s)
+				}
+				c.run(e)
+			})
+		}
+	})
+}
+
 // RunForkTests runs the suite of the Forker capability: the cases FC-01 and
 // FC-03 to FC-10 of the upstream catalogue, the check order of
 // ForkFromCheckpoint, destination emptiness, reference counts, copies, the

@@ -41,6 +41,7 @@ func faultyStores(f faulty.Faults) func(t *testing.T) {
 		asStore := func(t *testing.T, opts cairn.Options) cairn.Store { return newStore(t, opts) }
 		conformance.RunStoreTests(t, asStore)
 		conformance.RunPruneTests(t, asStore)
+		conformance.RunDeleteThreadTests(t, asStore)
 		conformance.RunThreadListerTests(t, asStore)
 		conformance.RunBlobReferenceWalkerTests(t, asStore)
 		conformance.RunBlobGCTests(t, asStore)
@@ -108,6 +109,11 @@ var mutants = []mutant{
 	{"PruneNewestFirst", faultyStores(faulty.Faults{PruneNewestFirst: true}), []string{"Prune/RemovedOldestFirst"}, 0},
 	{"PruneAcceptsZero", faultyStores(faulty.Faults{PruneAcceptsZero: true}), []string{"Prune/KeepValidation"}, 0},
 	{"PruneWithoutLease", faultyStores(faulty.Faults{PruneWithoutLease: true}), []string{"Prune/Order/ExpiredWriter"}, 0},
+	// DeleteThread.
+	{"DeleteThreadKeepsRefs", faultyStores(faulty.Faults{DeleteThreadKeepsRefs: true}), []string{"DeleteThread/ReferenceCountsGoDown"}, 0},
+	{"DeleteThreadWithoutLease", faultyStores(faulty.Faults{DeleteThreadWithoutLease: true}), []string{"DeleteThread/Order/ExpiredWriter"}, 0},
+	{"DeleteThreadKeepsHead", faultyStores(faulty.Faults{DeleteThreadKeepsHead: true}), []string{"DeleteThread/RemovesEveryCheckpoint"}, 0},
+	{"DeleteThreadNewestFirst", faultyStores(faulty.Faults{DeleteThreadNewestFirst: true}), []string{"DeleteThread/RemovedInListOrder"}, 0},
 	// Fork.
 	{"ForkCopiesLabel", faultyStores(faulty.Faults{ForkCopiesLabel: true}), []string{"Fork/FC-01/CopiesHistoricalCheckpoint"}, 0},
 	{"ForkDuplicateIDCode", faultyStores(faulty.Faults{ForkDuplicateIDCode: true}), []string{"Fork/FC-10/OrphanedCheckpointID"}, 0},

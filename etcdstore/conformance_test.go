@@ -40,6 +40,7 @@ func runConformance(t *testing.T, configure func(*etcdstore.Options)) {
 	storeFactory := func(t *testing.T, opts cairn.Options) cairn.Store { return newStore(t, opts) }
 	conformance.RunStoreTests(t, storeFactory)
 	conformance.RunPruneTests(t, storeFactory)
+	conformance.RunDeleteThreadTests(t, storeFactory)
 	conformance.RunThreadListerTests(t, storeFactory)
 	conformance.RunBlobReferenceWalkerTests(t, storeFactory)
 	conformance.RunBlobGCTests(t, storeFactory)

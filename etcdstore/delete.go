@@ -196,31 +196,21 @@ func (op *pruneOp) run(ctx context.Context, pending error, pendingRev int64) ([]
 		if err := a.next(ctx); err != nil {
 			return nil, err
 		}
-		now := s.now()
-		rs, _, err := s.readOnly(ctx, clientv3.OpGet(threadKey), clientv3.OpGet(wk.Owner), clientv3.OpGet(wk.Expiry),
-			clientv3.OpGet(string(s.layout.Checkpoints(in.ThreadID)), clientv3.WithPrefix()))
+		r, landed, err := s.readForRemoval(ctx, a, in.ThreadID, in.Writer)
 		if err != nil {
-			return nil, a.fail(err)
-		}
-		st, err := parseThread(first(rs[0]))
-		if err != nil {
-			return nil, a.fail(err)
-		}
-		if ok, err := a.landed(ctx, st); err != nil {
 			return nil, err
-		} else if ok {
+		}
+		if landed {
 			s.forget(in.ThreadID)
 			ids := op.ids()
 			op.cleanup(ctx)
 			return ids, nil
 		}
-		if !fence.Decode(first(rs[1]), first(rs[2])).Current(in.Writer, now) {
-			return nil, a.fail(cairn.NewError(cairn.CodeWriterLost, "writer lease for thread %q is no longer current", in.ThreadID))
-		}
+		st, now := r.st, r.now
 		// Walk the chain from the head through the live records.
 		bySeq := map[uint64]*mvccpb.KeyValue{}
 		metas := map[uint64]ckptMeta{}
-		for _, kv := range rs[3].Kvs {
+		for _, kv := range r.kvs {
 			m, err := parseMeta(kv)
 			if err != nil {
 				return nil, a.fail(err)

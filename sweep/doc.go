@@ -5,9 +5,21 @@
 // under sandbox-files/ and sandbox-artifacts/ with their upload times and
 // deletes each key that no checkpoint references and whose age, now minus its
 // upload time, is strictly greater than Options.OlderThan. Keys elsewhere in
-// the bucket are never listed or touched. Prune keeps the newest checkpoints
-// of every thread, and Run does both in the order the upstream page gives:
-// prune, then sweep.
+// the bucket are never listed or touched. Prune applies a retention Policy
+// to every thread (keep the newest N, drop checkpoints older than a maximum
+// age, remove idle threads, never remove protected checkpoints), and Run does
+// both in the order the upstream page gives: prune, then sweep.
+//
+// # An exact preview
+//
+// A dry run of Run makes the decisions of the real run on the same reads:
+// Policy.Plan decides each thread in both, and the dry run's sweep counts
+// the references its prune would have released as gone
+// (PruneReport.Released, Options.Released), so its report (checkpoints and
+// threads removed, blobs marked and deleted, bytes) is the real run's on the
+// same state. Its plans (PruneReport.Plans) can be carried out later with
+// PruneOptions.Apply, which refuses with ErrPlanStale when a planned thread
+// changed.
 //
 // # Safety
 //

@@ -92,7 +92,11 @@ func (s *sweeper) runOnline(ctx context.Context) error {
 			}
 			targets = append(targets, fresh...)
 		}
-	} else if s.opts.OlderThan == 0 {
+	} else {
+		// What the real run would drop and mark.
+		rep.Dropped, rep.Marked = len(drop), len(mark)
+	}
+	if s.opts.DryRun && s.opts.OlderThan == 0 {
 		// What the real run would mark and then delete.
 		for _, k := range mark {
 			if c := find(cands, k); c != nil && !c.young {
@@ -118,6 +122,9 @@ func (s *sweeper) abort(ctx context.Context, what string, err error) error {
 func (s *sweeper) readGC(ctx context.Context, cands []candidate) (cairn.BlobGCView, error) {
 	view, err := s.col.ReadBlobGC(ctx, func(r cairn.BlobReference) error {
 		s.rep.References++
+		if s.released(r) {
+			return nil
+		}
 		if c := find(cands, r.Key); c != nil && !c.referenced {
 			c.referenced = true
 			if !c.young {

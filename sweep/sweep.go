@@ -92,6 +92,12 @@ type Options struct {
 	// them again: S3 takes no fencing token, time is the only fence. Zero is
 	// no bound.
 	DeleteWithin time.Duration
+	// Released, in a dry run, are references to count as gone, by blob
+	// key: those a prune that did not run (a dry run's) would have dropped
+	// (PruneReport.Released). A key whose count they cancel is treated as
+	// unreferenced, as the real run, after its prune, would find it.
+	// Outside a dry run it is ignored.
+	Released map[string]int
 	// Logger receives the sweep's log records. Nil discards them.
 	Logger *slog.Logger
 
@@ -211,7 +217,7 @@ func (r Report) LogValue() slog.Value {
 		slog.Int("unsettled", r.Unsettled),
 		slog.Int("aborted", len(r.Aborted)),
 		slog.Int("batches", r.Batches),
-		slog.Duration("duration", r.Duration),
+		slog.String("duration", r.Duration.String()),
 	)
 }
 
@@ -405,6 +411,9 @@ func (s *sweeper) list(ctx context.Context) ([]candidate, error) {
 func (s *sweeper) markReferenced(ctx context.Context, cands []candidate) error {
 	mark := func(r cairn.BlobReference) error {
 		s.rep.References++
+		if s.released(r) {
+			return nil
+		}
 		i, found := slices.BinarySearchFunc(cands, r.Key, func(c candidate, k string) int { return strings.Compare(c.key, k) })
 		if found && !cands[i].referenced {
 			cands[i].referenced = true
@@ -426,6 +435,12 @@ func (s *sweeper) markReferenced(ctx context.Context, cands []candidate) error {
 		_ = mark(r)
 	}
 	return nil
+}
+
+// released reports whether a dry run counts every reference of r as
+// released by its prune.
+func (s *sweeper) released(r cairn.BlobReference) bool {
+	return s.opts.DryRun && r.References <= s.opts.Released[r.Key]
 }
 
 // delete deletes the unreferenced candidates, batch by batch.

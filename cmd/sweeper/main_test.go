@@ -1,6 +1,10 @@
 package main_test
 
 import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -91,6 +95,60 @@ func TestSweeperBinary(t *testing.T) {
 		}
 	})
 
+	t.Run("PolicyFilePlanThenApply", func(t *testing.T) {
+		a, b := w.newTenant(t), w.newTenant(t)
+		sa := a.seed(t)
+		b.seed(t)
+		beforeA := a.keys(t)
+		dir := t.TempDir()
+		policies := filepath.Join(dir, "policies.yaml")
+		body := fmt.Sprintf("prefixes:\n  - prefix: %s\n    s3-bucket: %s\n    keep: 1\n  - prefix: %s\n    name: b\n    s3-bucket: %s\n    keep: 2\n",
+			a.prefix, a.bucket, b.prefix, b.bucket)
+		if err := os.WriteFile(policies, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args := func(extra ...string) []string {
+			return append(dropFlag(dropFlag(a.args(extra...), "--prefix"), "--s3-bucket"), "--policy-file="+policies)
+		}
+		plan := filepath.Join(dir, "plan.json")
+		p := w.run(t, args("--once", "--older-than=0s", "--plan="+plan, "--log-format=json"), a.creds())
+		if p.code != sidecar.ExitOK {
+			t.Fatalf("--plan: exit code %d; output:\n%s", p.code, p.output())
+		}
+		var pf sidecar.PlanFile
+		data, err := os.ReadFile(plan)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(data, &pf); err != nil {
+			t.Fatal(err)
+		}
+		if len(pf.Targets) != 2 {
+			t.Fatalf("plan has %d targets, want 2:\n%s", len(pf.Targets), data)
+		}
+		equal(t, "planned checkpoints of a", pf.Targets[0].Checkpoints, 2)
+		equal(t, "planned blobs of a", pf.Targets[0].BlobsDeleted, 6)
+		equal(t, "planned checkpoints of b", pf.Targets[1].Checkpoints, 1)
+		if got := a.keys(t); !slices.Equal(got, beforeA) {
+			t.Errorf("--plan changed the bucket")
+		}
+		p = w.run(t, args("--once", "--older-than=0s", "--apply="+plan, "--log-format=json"), a.creds())
+		if p.code != sidecar.ExitOK {
+			t.Fatalf("--apply: exit code %d; output:\n%s", p.code, p.output())
+		}
+		if got, want := a.keys(t), without(beforeA, sa.orphans, sa.prunedOnly); !slices.Equal(got, want) {
+			t.Errorf("bucket a after the apply:\n%v\nwant\n%v", got, want)
+		}
+		equal(t, "checkpoints of a's alpha", a.checkpoints(t, "alpha"), 1)
+		equal(t, "checkpoints of b's alpha", b.checkpoints(t, "alpha"), 2)
+		// The plan is spent: applying it again finds the heads it planned
+		// against but not the checkpoints, and refuses.
+		p = w.run(t, args("--once", "--older-than=0s", "--apply="+plan, "--log-format=json"), a.creds())
+		if p.code != sidecar.ExitFailure || !strings.Contains(p.output(), "the store changed since the plan was made") {
+			t.Errorf("a second --apply: exit code %d, want %d and a stale-plan error; output:\n%s", p.code, sidecar.ExitFailure, p.output())
+		}
+	})
+
 	t.Run("DryRunDeletesNothing", func(t *testing.T) {
 		tn := w.newTenant(t)
 		tn.seed(t)
@@ -99,9 +157,10 @@ func TestSweeperBinary(t *testing.T) {
 		if p.code != sidecar.ExitOK {
 			t.Fatalf("exit code %d; want 0; output:\n%s", p.code, p.output())
 		}
-		// The dry run removes no checkpoint, so only the orphans are
-		// unreferenced.
-		if _, ok := p.record("Dry run: would delete 3 blobs"); !ok {
+		// The dry run removes no checkpoint, but counts the blobs only the
+		// checkpoints its prune would remove use: the real run's 6, not
+		// only the 3 orphans.
+		if _, ok := p.record("Dry run: would delete 6 blobs"); !ok {
 			t.Fatalf("no dry-run summary; output:\n%s", p.output())
 		}
 		if got := tn.keys(t); !slices.Equal(got, before) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -101,6 +103,8 @@ func (e Etcd) Validate() error {
 	switch {
 	case len(e.Endpoints) == 0:
 		return Usagef("--etcd-endpoints is empty")
+	case badEndpoint(e.Endpoints) != "":
+		return Usagef("--etcd-endpoints: %q has no host; write host:port or http(s)://host:port", RedactURLs(badEndpoint(e.Endpoints)))
 	case e.DialTimeout <= 0:
 		return Usagef("--etcd-dial-timeout must be positive, got %v", e.DialTimeout)
 	case e.RequestTimeout <= 0:
@@ -111,6 +115,42 @@ func (e Etcd) Validate() error {
 		return Usagef("an etcd password needs --etcd-user")
 	}
 	return nil
+}
+
+// badEndpoint returns the first endpoint without a host, or "".
+func badEndpoint(endpoints []string) string {
+	for _, ep := range endpoints {
+		host := ep
+		if strings.Contains(ep, "://") {
+			u, err := url.Parse(ep)
+			if err != nil {
+				return ep
+			}
+			host = u.Host
+		}
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		if host == "" {
+			return ep
+		}
+	}
+	return ""
+}
+
+// EtcdAuthWarning returns a warning when e gives an etcd user but the etcd
+// that client reaches has authentication off (the client then ignores the
+// user and the password), and "" otherwise, also when the check fails.
+func EtcdAuthWarning(ctx context.Context, client *clientv3.Client, e Etcd) string {
+	if e.User == "" {
+		return ""
+	}
+	resp, err := client.AuthStatus(ctx)
+	if err != nil || resp.Enabled {
+		return ""
+	}
+	return fmt.Sprintf("--etcd-user %q is set but etcd at %s has authentication off: the user and password are ignored; drop them, or enable authentication in etcd",
+		e.User, RedactURLs(strings.Join(e.Endpoints, ",")))
 }
 
 // ConnectEtcd returns a client of the etcd that e describes, after checking

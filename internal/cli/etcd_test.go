@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -66,6 +68,67 @@ func TestConnectEtcd(t *testing.T) {
 			}
 			if tc.pw != "" && strings.Contains(err.Error(), tc.pw) {
 				t.Errorf("the error shows the password: %q", err)
+			}
+		})
+	}
+}
+
+func TestEtcdValidateEndpoints(t *testing.T) {
+	tests := []struct {
+		name      string
+		endpoints []string
+		want      string // "" means valid
+	}{
+		{"HostPort", []string{"127.0.0.1:2379"}, ""},
+		{"URL", []string{"http://etcd-0:2379", "https://etcd-1:2379"}, ""},
+		{"SchemeOnly", []string{"http://"}, `--etcd-endpoints: "http://" has no host`},
+		{"SchemeAndPort", []string{"http://:2379"}, `"http://:2379" has no host`},
+		{"PortOnly", []string{":2379"}, `":2379" has no host`},
+		{"SecondBad", []string{"127.0.0.1:2379", "https://"}, `"https://" has no host`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := DefaultEtcd()
+			e.Endpoints = tc.endpoints
+			err := e.Validate()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("Validate() = %v, want nil", err)
+			case tc.want != "" && (!errors.Is(err, ErrUsage) || !strings.Contains(fmt.Sprint(err), tc.want)):
+				t.Errorf("Validate() = %v, want a usage error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestEtcdAuthWarning connects with a user to an etcd without
+// authentication: the connection works and a warning says the user is
+// ignored.
+func TestEtcdAuthWarning(t *testing.T) {
+	srv, _ := embedetcd.ForTest(t)
+	tests := []struct {
+		name string
+		user string
+		want string // "" means no warning
+	}{
+		{"NoUser", "", ""},
+		{"UserWithoutAuth", "root", `--etcd-user "root" is set but etcd at`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := DefaultEtcd()
+			e.Endpoints, e.User, e.Password = srv.Endpoints(), tc.user, "pw"
+			if tc.user == "" {
+				e.Password = ""
+			}
+			client, err := ConnectEtcd(t.Context(), e, "app/", 5*time.Second)
+			if err != nil {
+				t.Fatalf("ConnectEtcd: %v", err)
+			}
+			defer client.Close()
+			got := EtcdAuthWarning(t.Context(), client, e)
+			if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+				t.Errorf("warning %q, want one containing %q", got, tc.want)
 			}
 		})
 	}

@@ -66,7 +66,38 @@ func OpenBucket(ctx context.Context, c bucket.Config, probe time.Duration) (*buc
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			return nil, fmt.Errorf("bucket %q at %s did not answer within %v: %w", c.Bucket, RedactURLs(c.Endpoint), probe, err)
 		}
-		return nil, err
+		return nil, describeS3(c, err)
 	}
 	return b, nil
+}
+
+// describeS3 tells apart the failures that S3 servers report as bad
+// credentials: a request signed for the wrong region, and no credentials
+// at all.
+func describeS3(c bucket.Config, err error) error {
+	var be *bucket.Error
+	region := c.Region
+	if region == "" {
+		region = "the default"
+	}
+	switch {
+	case errors.As(err, &be) && (be.Code == "AuthorizationHeaderMalformed" || strings.Contains(strings.ToLower(be.Error()), "region")) &&
+		be.Code != "InvalidAccessKeyId" && be.Code != "SignatureDoesNotMatch":
+		return fmt.Errorf("bucket %q at %s wants requests signed for another region than --s3-region=%s; "+
+			"set --s3-region (or %s) to the bucket's region (R2 takes auto); the credentials were not checked: %w",
+			c.Bucket, RedactURLs(c.Endpoint), region, EnvName("s3-region"), be)
+	case errors.As(err, &be) && errors.Is(err, bucket.ErrInvalidCredentials) && missingCredentials(err):
+		return fmt.Errorf("no S3 credentials found for bucket %q: set %s and %s, "+
+			"or give the AWS SDK its own (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a shared credentials file, a role): %w",
+			c.Bucket, EnvS3AccessKeyID, EnvS3SecretAccessKey, be)
+	}
+	return err
+}
+
+// missingCredentials reports whether the SDK failed to find credentials, as
+// opposed to the server rejecting them.
+func missingCredentials(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "failed to retrieve credentials") || strings.Contains(msg, "get identity: ") ||
+		strings.Contains(msg, "failed to refresh cached credentials")
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
+	"time"
 )
 
 // EnvPrefix starts the environment variable of every flag: --etcd-endpoints
@@ -92,11 +93,30 @@ func (s *Set) Variables(flagName string) []string {
 // Args.
 func (s *Set) Parse(args []string, getenv func(string) string) error {
 	s.getenv = getenv
-	if err := s.FlagSet.Parse(args); err != nil {
+	s.VisitAll(func(f *flag.Flag) {
+		if _, ok := f.Value.(typed); !ok {
+			f.Value = typed{f.Value}
+		}
+	})
+	// The flag package prints an error and the whole help on a bad flag;
+	// print the help only when asked for, and leave the error to the caller,
+	// which prints it with a pointer to --help.
+	out, help := s.Output(), s.Usage
+	s.SetOutput(io.Discard)
+	s.Usage = func() {}
+	err := s.FlagSet.Parse(args)
+	s.SetOutput(out)
+	s.Usage = help
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			if help != nil {
+				help()
+			} else {
+				s.PrintFlags(out)
+			}
 			return err
 		}
-		return fmt.Errorf("%w: %w", ErrUsage, err)
+		return fmt.Errorf("%w: %s", ErrUsage, strings.Replace(err.Error(), " -", " --", 1))
 	}
 	s.sources = map[string]string{}
 	s.Visit(func(f *flag.Flag) { s.sources[f.Name] = "flag" })
@@ -111,7 +131,7 @@ func (s *Set) Parse(args []string, getenv func(string) string) error {
 				continue
 			}
 			if err := s.Set(f.Name, v); err != nil {
-				envErr = fmt.Errorf("%w: %s: %w", ErrUsage, name, err)
+				envErr = fmt.Errorf("%w: invalid value %q for %s (the variable of --%s): %w", ErrUsage, v, name, f.Name, err)
 				return
 			}
 			s.sources[f.Name] = "env " + name
@@ -120,6 +140,67 @@ func (s *Set) Parse(args []string, getenv func(string) string) error {
 		s.sources[f.Name] = "default"
 	})
 	return envErr
+}
+
+// Name names the setting of a flag as the user gave it, for messages:
+// "--keep" when it came from the command line or its default, and the
+// variable ("CAIRN_KEEP") when it came from the environment.
+func (s *Set) Name(flagName string) string {
+	if src, ok := strings.CutPrefix(s.sources[flagName], "env "); ok {
+		return src
+	}
+	return "--" + flagName
+}
+
+// typed wraps a flag's value so that a value it cannot parse is reported
+// with the type it expects, instead of the flag package's "parse error".
+type typed struct{ flag.Value }
+
+func (t typed) Set(v string) error {
+	err := t.Value.Set(v)
+	if err == nil {
+		return nil
+	}
+	if want := expects(t.Value); want != "" {
+		return errors.New("expected " + want)
+	}
+	return err
+}
+
+// IsBoolFlag keeps boolean flags usable without a value.
+func (t typed) IsBoolFlag() bool {
+	b, ok := t.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// Get passes the value through for flag.Getter.
+func (t typed) Get() any {
+	if g, ok := t.Value.(flag.Getter); ok {
+		return g.Get()
+	}
+	return nil
+}
+
+// expects names the type the flag package's own values parse, or "" for a
+// value type of ours, whose errors say it themselves.
+func expects(v flag.Value) string {
+	g, ok := v.(flag.Getter)
+	if !ok {
+		return ""
+	}
+	switch g.Get().(type) {
+	case bool:
+		return "true or false"
+	case int, int64:
+		return "a whole number"
+	case uint, uint64:
+		return "a whole number of 0 or more"
+	case float64:
+		return "a number"
+	case time.Duration:
+		return "a duration like 90s, 30m or 24h"
+	}
+	return ""
 }
 
 // Source says where the flag's effective value came from: "flag",

@@ -134,3 +134,75 @@ func TestSetNoEnv(t *testing.T) {
 		t.Errorf("PrintFlags:\n%s", help.String())
 	}
 }
+
+// TestParseMessages checks that a value that does not parse is reported
+// with the flag or variable, the value and the type expected, and that a
+// bad flag prints nothing itself (the caller prints the error and a pointer
+// to --help), while --help prints the help.
+func TestParseMessages(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want []string
+	}{
+		{"IntVariable", nil, map[string]string{"CAIRN_KEEP": "x"}, []string{`invalid value "x" for CAIRN_KEEP (the variable of --keep): expected a whole number`}},
+		{"IntFlag", []string{"--keep=abc"}, nil, []string{`invalid value "abc" for flag --keep: expected a whole number`}},
+		{"BoolVariable", nil, map[string]string{"CAIRN_DRY_RUN": "maybe"}, []string{`invalid value "maybe" for CAIRN_DRY_RUN (the variable of --dry-run): expected true or false`}},
+		{"BoolFlag", []string{"--dry-run=maybe"}, nil, []string{`invalid boolean value "maybe" for --dry-run: expected true or false`}},
+		{"DurationVariable", nil, map[string]string{"CAIRN_GRACE": "soon"}, []string{`invalid value "soon" for CAIRN_GRACE (the variable of --grace)`, "90s, 30m, 24h or 7d"}},
+		{"UnknownFlag", []string{"--kep=1"}, nil, []string{"flag provided but not defined: --kep"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			s := NewSet("test", &out)
+			s.Int("keep", 0, "checkpoints to keep")
+			s.Bool("dry-run", false, "remove nothing")
+			var d time.Duration
+			s.Var(Duration{&d}, "grace", "a duration")
+			s.Usage = func() { out.WriteString("the whole help\n") }
+			err := s.Parse(tc.args, func(k string) string { return tc.env[k] })
+			if !errors.Is(err, ErrUsage) {
+				t.Fatalf("Parse = %v, want a usage error", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+			if strings.Contains(err.Error(), "parse error") {
+				t.Errorf("error %q still says only parse error", err)
+			}
+			if out.Len() != 0 {
+				t.Errorf("Parse printed %q; want nothing (the caller prints the error)", out.String())
+			}
+		})
+	}
+	t.Run("HelpPrintsTheHelp", func(t *testing.T) {
+		var out bytes.Buffer
+		s := NewSet("test", &out)
+		s.Usage = func() { out.WriteString("the whole help\n") }
+		if err := s.Parse([]string{"--help"}, nil); !errors.Is(err, flag.ErrHelp) {
+			t.Fatalf("Parse(--help) = %v", err)
+		}
+		if out.String() != "the whole help\n" {
+			t.Errorf("--help printed %q", out.String())
+		}
+	})
+	t.Run("NameSaysWhereTheValueCameFrom", func(t *testing.T) {
+		s := NewSet("test", &bytes.Buffer{})
+		var a, b time.Duration
+		s.Var(Duration{&a}, "older-than", "")
+		s.Var(Duration{&b}, "interval", "")
+		if err := s.Parse([]string{"--interval=1h"}, func(k string) string { return map[string]string{"CAIRN_OLDER_THAN": "-1h"}[k] }); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.Name("older-than"); got != "CAIRN_OLDER_THAN" {
+			t.Errorf("Name(older-than) = %q, want CAIRN_OLDER_THAN", got)
+		}
+		if got := s.Name("interval"); got != "--interval" {
+			t.Errorf("Name(interval) = %q, want --interval", got)
+		}
+	})
+}

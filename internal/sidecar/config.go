@@ -8,6 +8,7 @@ import (
 
 	"github.com/cairnstore/cairn/bucket"
 	"github.com/cairnstore/cairn/internal/cli"
+	"github.com/cairnstore/cairn/sweep"
 )
 
 // ErrUsage is matched by every error of Parse: a bad flag, environment
@@ -24,8 +25,19 @@ type Config struct {
 	// S3 is the bucket of the blobs, credentials included.
 	S3 bucket.Config
 
-	// What a run does.
-	Keep            int
+	// What a run does. Keep, MaxAge, DeleteIdleThreads, Protect and
+	// ProtectLabelPrefix are the retention policy of --prefix (see
+	// sweep.Policy); PolicyFile gives one per prefix instead.
+	Keep               int
+	MaxAge             time.Duration
+	DeleteIdleThreads  time.Duration
+	Protect            []string
+	ProtectLabelPrefix string
+	PolicyFile         string
+	// PlanFile, with a dry run, receives the preview as JSON; ApplyFile is
+	// such a preview to carry out.
+	PlanFile        string
+	ApplyFile       string
 	OlderThan       time.Duration
 	DryRun          bool
 	MaxDeletes      int
@@ -47,6 +59,10 @@ type Config struct {
 	LogLevel  slog.Level
 	LogFormat string
 
+	// Targets are the stores to serve: the one of --prefix and the policy
+	// flags, or those of --policy-file.
+	Targets []Target
+
 	// flags are the parsed flags, for the start-up log line (secrets
 	// redacted).
 	flags *cli.Set
@@ -62,7 +78,14 @@ func newFlagSet(c *Config, out io.Writer) *cli.Set {
 	fs.StringVar(&c.Prefix, "prefix", c.Prefix, "etcd key prefix of the application's checkpoint store (required; may be empty)")
 	cli.RegisterS3(fs, &c.S3)
 
-	fs.IntVar(&c.Keep, "keep", c.Keep, "before sweeping, keep only the newest N checkpoints of every thread (0: prune nothing)")
+	fs.IntVar(&c.Keep, "keep", c.Keep, "before sweeping, keep only the newest N checkpoints of every thread (0: no count rule)")
+	fs.Var(cli.Duration{D: &c.MaxAge}, "max-age", "before sweeping, remove checkpoints created longer ago than this, keeping the head (and at least --keep)")
+	fs.Var(cli.Duration{D: &c.DeleteIdleThreads}, "delete-idle-threads", "remove whole threads whose head is older than this (0: never)")
+	fs.Var(cli.List{L: &c.Protect}, "protect", "comma-separated checkpoint reasons no rule removes, e.g. named")
+	fs.StringVar(&c.ProtectLabelPrefix, "protect-label-prefix", c.ProtectLabelPrefix, "no rule removes a checkpoint whose label starts with this, e.g. pin:")
+	fs.StringVar(&c.PolicyFile, "policy-file", c.PolicyFile, "YAML file with one policy (and bucket) per prefix, instead of --prefix and the policy flags")
+	fs.StringVar(&c.PlanFile, "plan", c.PlanFile, "make a dry run and write what the real run would do to this JSON file")
+	fs.StringVar(&c.ApplyFile, "apply", c.ApplyFile, "carry out a plan written by --plan, refusing when the store changed since")
 	fs.Var(cli.Duration{D: &c.OlderThan}, "older-than", "the grace: delete a blob only once it has been unreferenced and unclaimed this long, and was uploaded this long ago")
 	fs.BoolVar(&c.DryRun, "dry-run", c.DryRun, "do everything but remove checkpoints and delete blobs; report what would go")
 	fs.IntVar(&c.MaxDeletes, "max-deletes", c.MaxDeletes, "delete at most this many blobs per run; the next run goes on (0: no limit)")
@@ -112,7 +135,17 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Config, er
 	if fs.NArg() > 0 {
 		return c, cli.Usagef("unexpected argument %q (every setting is a flag)", fs.Arg(0))
 	}
-	if fs.Source("prefix") == "default" {
+	c.flags = fs
+	if c.PlanFile != "" {
+		c.DryRun = true
+	}
+	if c.PolicyFile != "" {
+		for _, f := range []string{"prefix", "keep", "max-age", "delete-idle-threads", "protect", "protect-label-prefix"} {
+			if fs.Source(f) != "default" {
+				return c, cli.Usagef("%s and --policy-file do not go together: the file gives each prefix and its policy", c.name(f))
+			}
+		}
+	} else if fs.Source("prefix") == "default" {
 		return c, cli.Usagef("--prefix (or %s) is required: the etcd key prefix your application's store uses; "+
 			"with a wrong prefix the sweeper sees no checkpoints and would delete every blob (an empty prefix is allowed, but must be given)",
 			cli.EnvName("prefix"))
@@ -124,8 +157,30 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Config, er
 	if err := c.Validate(); err != nil {
 		return c, err
 	}
-	c.flags = fs
+	if c.PolicyFile != "" {
+		targets, err := readPolicyFile(c.PolicyFile, c.S3.Bucket)
+		if err != nil {
+			return c, err
+		}
+		c.Targets = targets
+	} else {
+		c.Targets = []Target{{Name: "default", Prefix: c.Prefix, Bucket: c.S3.Bucket, Policy: c.policy()}}
+	}
 	return c, nil
+}
+
+// policy is the retention policy of the flags.
+func (c Config) policy() sweep.Policy {
+	return sweep.Policy{Keep: c.Keep, MaxAge: c.MaxAge, DeleteIdle: c.DeleteIdleThreads, Protect: c.Protect, ProtectLabelPrefix: c.ProtectLabelPrefix}
+}
+
+// name names a setting as the user gave it: the variable when it came from
+// the environment, else the flag.
+func (c Config) name(flagName string) string {
+	if c.flags == nil {
+		return "--" + flagName
+	}
+	return c.flags.Name(flagName)
 }
 
 // Validate checks the configuration without I/O. Its errors match ErrUsage
@@ -135,24 +190,38 @@ func (c Config) Validate() error {
 	if err := c.Etcd.Validate(); err != nil {
 		return err
 	}
-	if err := cli.ValidateS3(c.S3); err != nil {
-		return err
+	if c.PolicyFile == "" || c.S3.Bucket != "" {
+		if err := cli.ValidateS3(c.S3); err != nil {
+			return err
+		}
 	}
 	switch {
 	case c.Keep < 0:
-		return bad("--keep must be 0 (prune nothing) or more, got %d", c.Keep)
+		return bad("%s must be 0 (no count rule) or more, got %d", c.name("keep"), c.Keep)
+	case c.MaxAge < 0:
+		return bad("%s must not be negative, got %v", c.name("max-age"), c.MaxAge)
+	case c.DeleteIdleThreads < 0:
+		return bad("%s must not be negative, got %v", c.name("delete-idle-threads"), c.DeleteIdleThreads)
+	case (len(c.Protect) > 0 || c.ProtectLabelPrefix != "") && !hasRule(c.policy()) && c.PolicyFile == "":
+		return bad("%s protects checkpoints, but no rule removes any: give --keep, --max-age or --delete-idle-threads", c.name("protect"))
 	case c.OlderThan < 0:
-		return bad("--older-than must not be negative, got %v", c.OlderThan)
+		return bad("%s must not be negative, got %v", c.name("older-than"), c.OlderThan)
 	case c.MaxDeletes < 0:
-		return bad("--max-deletes must be 0 (no limit) or more, got %d", c.MaxDeletes)
+		return bad("%s must be 0 (no limit) or more, got %d", c.name("max-deletes"), c.MaxDeletes)
 	case c.BatchSize < 1 || c.BatchSize > bucket.MaxDeleteKeys:
-		return bad("--batch-size must be between 1 and %d, got %d", bucket.MaxDeleteKeys, c.BatchSize)
+		return bad("%s must be between 1 and %d, got %d", c.name("batch-size"), bucket.MaxDeleteKeys, c.BatchSize)
+	case c.PlanFile != "" && c.ApplyFile != "":
+		return bad("give --plan (preview) or --apply (carry a preview out), not both")
+	case c.ApplyFile != "" && c.DryRun:
+		return bad("--apply carries a plan out, which a %s does not do; drop one of them", c.name("dry-run"))
+	case (c.PlanFile != "" || c.ApplyFile != "") && !c.Once:
+		return bad("--plan and --apply run once: give --once")
 	case c.Repair && !c.Verify:
 		return bad("--repair needs --verify")
 	case c.Repair && c.DryRun:
 		return bad("--repair deletes garbage, which a --dry-run does not do; drop one of them")
 	case c.Interval < 0:
-		return bad("--interval must be positive, got %v", c.Interval)
+		return bad("%s must be positive, got %v", c.name("interval"), c.Interval)
 	case c.Once && c.Interval > 0:
 		return bad("give --once or --interval, not both")
 	case !c.Once && c.Interval == 0:
@@ -186,8 +255,10 @@ func (c Config) LogValue() slog.Value {
 func usage(fs *cli.Set, out io.Writer) {
 	fmt.Fprintf(out, `Usage: sweeper --prefix=P --s3-bucket=B (--once | --interval=D) [flags]
 
-Keeps the newest --keep checkpoints of every thread, then deletes from the
-S3 or R2 bucket the blobs that no checkpoint references. Every flag falls back
+Applies the retention policy (--keep, --max-age, --delete-idle-threads, with
+--protect'ed checkpoints kept) to every thread, then deletes from the S3 or R2
+bucket the blobs that no checkpoint references. --dry-run (or --plan FILE)
+reports exactly what the real run would do; --apply FILE carries a plan out. Every flag falls back
 to an environment variable: --etcd-endpoints to %s, and so on.
 Static S3 credentials come from %s and
 %s, else from the AWS SDK's default chain

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cairnstore/cairn/internal/cli"
+	"github.com/cairnstore/cairn/sweep"
 )
 
 // required are the flags every valid configuration needs.
@@ -72,6 +73,10 @@ func TestParseEveryFlagHasAVariable(t *testing.T) {
 		"CAIRN_S3_BUCKET":            "blobs",
 		"CAIRN_S3_PATH_STYLE":        "true",
 		"CAIRN_KEEP":                 "20",
+		"CAIRN_MAX_AGE":              "30d",
+		"CAIRN_DELETE_IDLE_THREADS":  "90d",
+		"CAIRN_PROTECT":              "named,pinned",
+		"CAIRN_PROTECT_LABEL_PREFIX": "pin:",
 		"CAIRN_OLDER_THAN":           "7d",
 		"CAIRN_DRY_RUN":              "1",
 		"CAIRN_MAX_DELETES":          "1000",
@@ -98,7 +103,10 @@ func TestParseEveryFlagHasAVariable(t *testing.T) {
 		Keep:   20, OlderThan: 7 * 24 * time.Hour, DryRun: true, MaxDeletes: 1000, BatchSize: 500, Verify: true, AllowEmptyStore: true,
 		Interval: 24 * time.Hour, LockTTL: 15 * time.Second, ProbeTimeout: 2 * time.Second, ShutdownTimeout: 9 * time.Second,
 		Listen: ":9090", LogLevel: slog.LevelDebug, LogFormat: "text",
+		MaxAge: 30 * 24 * time.Hour, DeleteIdleThreads: 90 * 24 * time.Hour, Protect: []string{"named", "pinned"}, ProtectLabelPrefix: "pin:",
 	}
+	want.Targets = []Target{{Name: "default", Prefix: "app/", Bucket: "blobs", Policy: sweep.Policy{Keep: 20, MaxAge: want.MaxAge,
+		DeleteIdle: want.DeleteIdleThreads, Protect: want.Protect, ProtectLabelPrefix: "pin:"}}}
 	want.S3.Endpoint, want.S3.Region, want.S3.Bucket, want.S3.PathStyle = "https://acct.r2.cloudflarestorage.com", "auto", "blobs", true
 	c.flags = nil
 	if !reflect.DeepEqual(c, want) {
@@ -120,7 +128,7 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"NegativeOlderThan", []string{"--older-than=-1h"}, nil, "--older-than must not be negative"},
 		{"UnparsableOlderThan", []string{"--older-than=yesterday"}, nil, `"yesterday" is not a duration`},
-		{"UnparsableOlderThanFromEnv", nil, map[string]string{"CAIRN_OLDER_THAN": "soon"}, `CAIRN_OLDER_THAN: "soon" is not a duration`},
+		{"UnparsableOlderThanFromEnv", nil, map[string]string{"CAIRN_OLDER_THAN": "soon"}, `invalid value "soon" for CAIRN_OLDER_THAN (the variable of --older-than): "soon" is not a duration`},
 		{"UnparsableBoolFromEnv", nil, map[string]string{"CAIRN_DRY_RUN": "perhaps"}, "CAIRN_DRY_RUN"},
 		{"NegativeKeep", []string{"--keep=-1"}, nil, "--keep must be 0"},
 		{"NegativeMaxDeletes", []string{"--max-deletes=-5"}, nil, "--max-deletes must be 0"},
@@ -143,7 +151,7 @@ func TestParseErrors(t *testing.T) {
 		{"ShortLockTTL", []string{"--lock-ttl=1s"}, nil, "--lock-ttl must be at least 2s"},
 		{"ZeroProbeTimeout", []string{"--probe-timeout=0"}, nil, "--probe-timeout must be positive"},
 		{"PositionalArgument", []string{"sweep"}, nil, `unexpected argument "sweep"`},
-		{"UnknownFlag", []string{"--older-then=1h"}, nil, "flag provided but not defined: -older-then"},
+		{"UnknownFlag", []string{"--older-then=1h"}, nil, "flag provided but not defined: --older-then"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

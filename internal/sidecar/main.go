@@ -14,6 +14,7 @@ import (
 
 	"github.com/cairnstore/cairn/etcdstore"
 	"github.com/cairnstore/cairn/internal/cli"
+	"github.com/cairnstore/cairn/sweep"
 )
 
 // Env is what Main needs from its process.
@@ -122,50 +123,104 @@ func run(hard, stop context.Context, cfg Config, log *slog.Logger, h *health, li
 		return ExitFailure
 	}
 
-	client, err := cli.ConnectEtcd(stop, cfg.Etcd, cfg.Prefix, cfg.ProbeTimeout)
+	var plans map[string][]sweep.ThreadPlan
+	if cfg.ApplyFile != "" {
+		var err error
+		if plans, err = readPlan(cfg.ApplyFile, cfg.Targets); err != nil {
+			log.Error("cannot apply the plan; nothing was done", "error", err)
+			return ExitUsage
+		}
+	}
+	client, err := cli.ConnectEtcd(stop, cfg.Etcd, cfg.Targets[0].Prefix, cfg.ProbeTimeout)
 	if err != nil {
 		return failed("etcd check failed; nothing was done", err)
 	}
 	defer client.Close()
 	log.Info("etcd answers", "endpoints", cli.RedactURLs(strings.Join(cfg.Etcd.Endpoints, ",")))
-
-	blobs, err := cli.OpenBucket(stop, cfg.S3, cfg.ProbeTimeout)
-	if err != nil {
-		return failed("bucket check failed; nothing was done", err)
+	actx, cancel := context.WithTimeout(stop, cfg.ProbeTimeout)
+	if w := cli.EtcdAuthWarning(actx, client, cfg.Etcd); w != "" {
+		log.Warn(w)
 	}
-	defer blobs.Close()
-	log.Info("bucket answers", "bucket", cfg.S3.Bucket, "endpoint", cli.RedactURLs(cfg.S3.Endpoint))
+	cancel()
 
-	// The bucket also holds the bodies of version-2 checkpoints, which the
-	// sweep must read to count their references and keep their objects.
-	store, err := etcdstore.New(client, cfg.Prefix, etcdstore.Options{Logger: log, Objects: blobs})
-	if err != nil {
-		return failed("cannot open the store", err)
+	var sweepers []*Sweeper
+	for _, t := range cfg.Targets {
+		s3 := cfg.S3
+		s3.Bucket, s3.Logger = t.Bucket, log
+		blobs, err := cli.OpenBucket(stop, s3, cfg.ProbeTimeout)
+		if err != nil {
+			return failed("bucket check failed; nothing was done", err)
+		}
+		defer blobs.Close()
+		log.Info("bucket answers", "bucket", t.Bucket, "endpoint", cli.RedactURLs(cfg.S3.Endpoint), "prefix", t.Prefix)
+
+		// The bucket also holds the bodies of version-2 checkpoints, which the
+		// sweep must read to count their references and keep their objects.
+		store, err := etcdstore.New(client, t.Prefix, etcdstore.Options{Logger: log, Objects: blobs})
+		if err != nil {
+			return failed("cannot open the store", err)
+		}
+		defer store.Close()
+		var apply []sweep.ThreadPlan
+		if plans != nil {
+			apply = plans[t.Prefix]
+		}
+		sw := NewSweeper(client, store, blobs, RunOptions{
+			Policy:          t.Policy,
+			PolicyName:      t.Name,
+			Apply:           apply,
+			OlderThan:       cfg.OlderThan,
+			DryRun:          cfg.DryRun,
+			MaxDeletes:      cfg.MaxDeletes,
+			BatchSize:       cfg.BatchSize,
+			Verify:          cfg.Verify,
+			Repair:          cfg.Repair,
+			AllowEmptyStore: cfg.AllowEmptyStore,
+			LockTTL:         cfg.LockTTL,
+			RequestTimeout:  cfg.Etcd.RequestTimeout,
+		}, log.With("prefix", t.Prefix), metrics)
+		defer sw.Close()
+		metrics.Policies(t.Name)
+		sweepers = append(sweepers, sw)
 	}
-	defer store.Close()
-	sw := NewSweeper(client, store, blobs, RunOptions{
-		Keep:            cfg.Keep,
-		OlderThan:       cfg.OlderThan,
-		DryRun:          cfg.DryRun,
-		MaxDeletes:      cfg.MaxDeletes,
-		BatchSize:       cfg.BatchSize,
-		Verify:          cfg.Verify,
-		Repair:          cfg.Repair,
-		AllowEmptyStore: cfg.AllowEmptyStore,
-		LockTTL:         cfg.LockTTL,
-		RequestTimeout:  cfg.Etcd.RequestTimeout,
-	}, log, metrics)
-	defer sw.Close()
 	h.setReady(true, "")
 
+	// runAll runs every target once, in order; a failed target does not
+	// stop the others, a signal does. It returns the first failure.
+	runAll := func(mode LockMode) ([]RunReport, error) {
+		var reps []RunReport
+		var first error
+		for _, sw := range sweepers {
+			rep, err := sw.Run(hard, stop, mode)
+			reps = append(reps, rep)
+			if err != nil && first == nil {
+				first = err
+			}
+			if stop.Err() != nil {
+				break
+			}
+		}
+		return reps, first
+	}
 	if cfg.Once {
-		_, err := sw.Run(hard, stop, LockMode{Timeout: cfg.LockTimeout})
+		reps, err := runAll(LockMode{Timeout: cfg.LockTimeout})
+		if cfg.PlanFile != "" && err == nil {
+			plan := PlanFile{Version: planVersion, CreatedAt: time.Now().UTC()}
+			for i, t := range cfg.Targets {
+				plan.Targets = append(plan.Targets, planOf(t, reps[i]))
+			}
+			if err = writePlan(cfg.PlanFile, plan); err == nil {
+				log.Info("plan written", "plan", cfg.PlanFile, "targets", len(plan.Targets))
+			} else {
+				log.Error("cannot write the plan", "plan", cfg.PlanFile, "error", err)
+			}
+		}
 		code := ExitCode(err)
 		log.Info("sweeper exiting", "exit_code", code)
 		return code
 	}
 	for {
-		_, _ = sw.Run(hard, stop, LockMode{Wait: true})
+		_, _ = runAll(LockMode{Wait: true})
 		if stop.Err() != nil {
 			break
 		}

@@ -37,6 +37,8 @@ type Metrics struct {
 	verifyProblems     prometheus.Gauge
 	verifyRepaired     prometheus.Counter
 	busyThreadsSkipped prometheus.Counter
+	// Per retention policy (label policy).
+	policyCheckpoints, policyThreads, policyBlobs, policyBytes, policyProtected, policyBusy *prometheus.CounterVec
 	// The online sweep protocol.
 	marked, aborted    prometheus.Counter
 	claimed, unsettled prometheus.Gauge
@@ -61,7 +63,7 @@ func NewMetrics(dryRun bool) *Metrics {
 		deleteFailures: prometheus.NewCounter(prometheus.CounterOpts(f("delete_failures_total",
 			"Blobs the bucket did not delete; the next run retries them."))),
 		pruned: prometheus.NewCounter(prometheus.CounterOpts(f("pruned_checkpoints_total",
-			"Checkpoints removed by --keep (in a dry run: that would have been removed)."))),
+			"Checkpoints removed by the retention policy (in a dry run: that would have been removed)."))),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: MetricPrefix + "run_duration_seconds",
 			Help:    "Duration of runs that held the lock, whatever their result.",
 			Buckets: prometheus.ExponentialBuckets(0.05, 4, 10)}),
@@ -98,6 +100,16 @@ func NewMetrics(dryRun bool) *Metrics {
 		waitingCandidates: prometheus.NewGauge(prometheus.GaugeOpts(f("waiting_candidates",
 			"Unreferenced, unclaimed blobs whose grace had not passed at the last sweep."))),
 	}
+	pol := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts(f(name, help)), []string{"policy"})
+	}
+	m.policyCheckpoints = pol("policy_checkpoints_removed_total", "Checkpoints the policy removed, those of removed threads included (in a dry run: would have removed).")
+	m.policyThreads = pol("policy_threads_removed_total", "Idle threads the policy removed entirely (--delete-idle-threads).")
+	m.policyBlobs = pol("policy_blobs_freed_total", "Blobs the sweep of the policy's prefix deleted.")
+	m.policyBytes = pol("policy_bytes_freed_total", "Bytes of the blobs the sweep of the policy's prefix deleted.")
+	m.policyProtected = pol("policy_protected_skipped_total", "Protected checkpoints the policy kept that its rules would otherwise have removed.")
+	m.policyBusy = pol("policy_busy_threads_skipped_total", "Threads the policy skipped because a writer held them.")
+	r.MustRegister(m.policyCheckpoints, m.policyThreads, m.policyBlobs, m.policyBytes, m.policyProtected, m.policyBusy)
 	r.MustRegister(m.runs, m.deleted, m.freed, m.deleteFailures, m.pruned, m.duration, m.lastSuccess, m.lastRun,
 		m.dryRun, m.lockHeld, m.bucketBlobs, m.bucketBytes, m.unreferenced, m.references, m.verifyProblems,
 		m.verifyRepaired, m.busyThreadsSkipped, m.marked, m.aborted, m.claimed, m.unsettled, m.waitingCandidates)
@@ -117,6 +129,19 @@ func NewMetrics(dryRun bool) *Metrics {
 		m.dryRun.Set(1)
 	}
 	return m
+}
+
+// Policies creates the per-policy series of the given policies at zero, so
+// that they exist before the first run.
+func (m *Metrics) Policies(names ...string) {
+	if m == nil {
+		return
+	}
+	for _, n := range names {
+		for _, v := range []*prometheus.CounterVec{m.policyCheckpoints, m.policyThreads, m.policyBlobs, m.policyBytes, m.policyProtected, m.policyBusy} {
+			v.WithLabelValues(n)
+		}
+	}
 }
 
 // setLockHeld records whether this sweeper holds the lock.
@@ -148,6 +173,18 @@ func (m *Metrics) observe(rep RunReport, err error) {
 	m.duration.Observe(rep.Duration.Seconds())
 	m.pruned.Add(float64(rep.Prune.Removed))
 	m.busyThreadsSkipped.Add(float64(len(rep.Prune.Busy)))
+	policy := rep.Policy
+	if policy == "" {
+		policy = "default"
+	}
+	m.policyCheckpoints.WithLabelValues(policy).Add(float64(rep.Prune.Removed))
+	m.policyThreads.WithLabelValues(policy).Add(float64(rep.Prune.ThreadsDeleted))
+	m.policyProtected.WithLabelValues(policy).Add(float64(rep.Prune.Protected))
+	m.policyBusy.WithLabelValues(policy).Add(float64(len(rep.Prune.Busy)))
+	if rep.Swept {
+		m.policyBlobs.WithLabelValues(policy).Add(float64(len(rep.Sweep.Deleted)))
+		m.policyBytes.WithLabelValues(policy).Add(float64(rep.Sweep.BytesFreed))
+	}
 	if rep.Swept {
 		m.deleted.Add(float64(len(rep.Sweep.Deleted)))
 		m.freed.Add(float64(rep.Sweep.BytesFreed))

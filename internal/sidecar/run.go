@@ -23,8 +23,16 @@ import (
 // RunOptions say what each run of a Sweeper does.
 type RunOptions struct {
 	// Keep prunes every thread to its newest Keep checkpoints before the
-	// sweep; 0 prunes nothing.
+	// sweep; 0 turns the rule off. A Keep above zero replaces Policy.Keep.
 	Keep int
+	// Policy holds the retention rules (sweep.Policy); a policy without a
+	// rule prunes nothing.
+	Policy sweep.Policy
+	// Apply, when not nil, is a plan (sweep.PruneOptions.Apply) that the
+	// prune carries out instead of the policy.
+	Apply []sweep.ThreadPlan
+	// PolicyName labels the per-policy metrics; "" reads "default".
+	PolicyName string
 	// OlderThan, DryRun and MaxDeletes are the sweep's options.
 	OlderThan  time.Duration
 	DryRun     bool
@@ -77,6 +85,12 @@ func NewSweeper(client *clientv3.Client, store *etcdstore.Store, blobs sweep.Blo
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.Keep > 0 {
+		opts.Policy.Keep = opts.Keep
+	}
+	if opts.PolicyName == "" {
+		opts.PolicyName = "default"
+	}
 	host, _ := os.Hostname()
 	return &Sweeper{
 		client:  client,
@@ -105,6 +119,8 @@ type LockMode struct {
 // RunReport tells what one run did.
 type RunReport struct {
 	RunID string `json:"runId"`
+	// Policy is RunOptions.PolicyName.
+	Policy string `json:"policy"`
 	// Locked says the run took the lock, and LockRevision is the etcd
 	// revision at which it did: the run's fencing token.
 	Locked       bool  `json:"locked"`
@@ -135,7 +151,7 @@ type RunReport struct {
 // sweeper that lost its lock deletes nothing more.
 func (s *Sweeper) Run(ctx, stop context.Context, mode LockMode) (RunReport, error) {
 	var rep RunReport
-	rep.RunID = newRunID()
+	rep.RunID, rep.Policy = newRunID(), s.opts.PolicyName
 	log := s.log.With("run_id", rep.RunID)
 
 	lctx, cancel := merge(ctx, stop)
@@ -151,9 +167,11 @@ func (s *Sweeper) Run(ctx, stop context.Context, mode LockMode) (RunReport, erro
 	}
 	rep.Locked, rep.LockRevision, rep.Start = true, held.Revision(), time.Now()
 	s.metrics.setLockHeld(true)
-	log = log.With("dry_run", s.opts.DryRun)
-	log.Info("sweeper lock taken; run started", "phase", "start", "lock_revision", rep.LockRevision,
-		"keep", s.opts.Keep, "older_than", s.opts.OlderThan.String(), "max_deletes", s.opts.MaxDeletes)
+	p := s.opts.Policy
+	log.Info("sweeper lock taken; run started", "phase", "start", "lock_revision", rep.LockRevision, "dry_run", s.opts.DryRun,
+		"policy", s.opts.PolicyName, "keep", p.Keep, "max_age", p.MaxAge.String(), "delete_idle_threads", p.DeleteIdle.String(),
+		"protect", p.Protect, "apply", s.opts.Apply != nil,
+		"older_than", s.opts.OlderThan.String(), "max_deletes", s.opts.MaxDeletes)
 
 	st := &Status{RunID: rep.RunID, Holder: s.holder, Phase: "starting", DryRun: s.opts.DryRun, StartedAt: rep.Start.UTC()}
 	if prev, perr := s.lock.readStatus(ctx); perr == nil && prev != nil {
@@ -193,7 +211,11 @@ func (s *Sweeper) phases(ctx, stop context.Context, held *heldLock, st *Status, 
 		return err
 	}
 	guarded := s.store.Guarded(held.Guard())
-	if s.opts.Keep > 0 {
+	// One now for the prune and the sweep, so that a dry run and the real
+	// run on the same state judge ages alike.
+	now := s.opts.Now()
+	clock := func() time.Time { return now }
+	if hasRule(s.opts.Policy) || s.opts.Apply != nil {
 		st.Phase = "pruning"
 		if err := held.writeStatus(ctx, st); err != nil {
 			return err
@@ -203,9 +225,9 @@ func (s *Sweeper) phases(ctx, stop context.Context, held *heldLock, st *Status, 
 		}
 		rep.Pruned = true
 		var err error
-		rep.Prune, err = sweep.Prune(ctx, &pruneStore{Store: guarded, stop: stop}, sweep.PruneOptions{
-			Keep: s.opts.Keep, DryRun: s.opts.DryRun, Logger: log,
-		})
+		popts := s.opts.Policy.PruneOptions()
+		popts.Now, popts.DryRun, popts.Apply, popts.Logger = clock, s.opts.DryRun, s.opts.Apply, log
+		rep.Prune, err = sweep.Prune(ctx, &pruneStore{Store: guarded, stop: stop}, popts)
 		if errors.Is(err, etcdstore.ErrGuardFailed) {
 			err = fmt.Errorf("%w: a prune write found the lock gone: %w", ErrLockLost, err)
 		}
@@ -229,7 +251,10 @@ func (s *Sweeper) phases(ctx, stop context.Context, held *heldLock, st *Status, 
 		}
 		if first {
 			first = false
-			if err := s.checkNotEmpty(bctx, refs, len(batch)); err != nil {
+			// A dry run's prune removed nothing; the real run's, when it
+			// removes every thread, leaves the store empty.
+			emptied := s.opts.DryRun && rep.Prune.Threads > 0 && rep.Prune.ThreadsDeleted == rep.Prune.Threads
+			if err := s.checkNotEmpty(bctx, refs, emptied, len(batch)); err != nil {
 				return err
 			}
 		}
@@ -240,10 +265,16 @@ func (s *Sweeper) phases(ctx, stop context.Context, held *heldLock, st *Status, 
 	}
 	rep.Swept = true
 	var err error
+	var released map[string]int
+	if s.opts.DryRun {
+		// What the real run's prune would have released.
+		released = rep.Prune.Released
+	}
 	rep.Sweep, err = sweep.Sweep(ctx, refs, blobsView{Blobs: s.blobs, stop: stop}, sweep.Options{
 		OlderThan:    s.opts.OlderThan,
-		Now:          s.opts.Now,
+		Now:          clock,
 		DryRun:       s.opts.DryRun,
+		Released:     released,
 		MaxDeletes:   s.opts.MaxDeletes,
 		BatchSize:    s.opts.BatchSize,
 		BeforeDelete: before,
@@ -296,16 +327,21 @@ func onlyIncomplete(err error) bool {
 // checkNotEmpty refuses the first delete batch when the store has no
 // checkpoint at all, which is what a wrong --prefix looks like, unless
 // AllowEmptyStore.
-func (s *Sweeper) checkNotEmpty(ctx context.Context, refs *refsView, batch int) error {
-	if s.opts.AllowEmptyStore || refs.seen.Load() > 0 {
+//
+// emptied says that the prune (of a dry run) would have removed every
+// thread, so that the real run would find the store empty.
+func (s *Sweeper) checkNotEmpty(ctx context.Context, refs *refsView, emptied bool, batch int) error {
+	if s.opts.AllowEmptyStore || (refs.seen.Load() > 0 && !emptied) {
 		return nil
 	}
-	threads, err := s.store.ListThreads(ctx, "", 1)
-	if err != nil {
-		return fmt.Errorf("check that the store is not empty: %w", err)
-	}
-	if len(threads) > 0 {
-		return nil
+	if !emptied {
+		threads, err := s.store.ListThreads(ctx, "", 1)
+		if err != nil {
+			return fmt.Errorf("check that the store is not empty: %w", err)
+		}
+		if len(threads) > 0 {
+			return nil
+		}
 	}
 	return fmt.Errorf("%w under this prefix, yet the sweep would delete blobs (%d in the first batch); "+
 		"a wrong --prefix looks like this, so nothing was deleted (pass --allow-empty-store if the store really is empty)", ErrEmptyStore, batch)
@@ -314,13 +350,14 @@ func (s *Sweeper) checkNotEmpty(ctx context.Context, refs *refsView, batch int) 
 // summary logs the run's one summary line, "Deleted N blobs".
 func (s *Sweeper) summary(ctx context.Context, log *slog.Logger, rep RunReport, err error) {
 	n := len(rep.Sweep.Deleted)
-	msg := fmt.Sprintf("Deleted %d blobs", n)
+	msg := "Deleted " + count(n, "blob")
 	if s.opts.DryRun {
-		msg = fmt.Sprintf("Dry run: would delete %d blobs", n)
+		msg = "Dry run: would delete " + count(n, "blob")
 	}
 	attrs := []any{
-		"phase", "summary", "result", Result(err),
-		"pruned_checkpoints", rep.Prune.Removed, "busy_threads", len(rep.Prune.Busy),
+		"phase", "summary", "result", Result(err), "dry_run", s.opts.DryRun, "policy", s.opts.PolicyName,
+		"pruned_checkpoints", rep.Prune.Removed, "deleted_threads", rep.Prune.ThreadsDeleted,
+		"protected", rep.Prune.Protected, "busy_threads", len(rep.Prune.Busy), "marked", rep.Sweep.Marked,
 		"listed", rep.Sweep.Listed, "listed_bytes", rep.Sweep.ListedBytes, "young", rep.Sweep.Young,
 		"referenced", rep.Sweep.Referenced, "candidates", rep.Sweep.Candidates,
 		"deleted", n, "bytes_freed", rep.Sweep.BytesFreed, "failed", len(rep.Sweep.Failed),
@@ -331,6 +368,14 @@ func (s *Sweeper) summary(ctx context.Context, log *slog.Logger, rep RunReport, 
 		attrs = append(attrs, "error", err.Error())
 	}
 	log.Log(ctx, levelOf(err), msg, attrs...)
+}
+
+// count says "1 blob", "2 blobs".
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 func levelOf(err error) slog.Level {

@@ -10,6 +10,7 @@ package faulty
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -71,6 +72,11 @@ type Faults struct {
 	PruneNewestFirst       bool // removed ids are returned newest first
 	PruneAcceptsZero       bool // Keep 0 removes everything
 	PruneWithoutLease      bool // DeleteCheckpoints ignores lease currency
+	// DeleteThread.
+	DeleteThreadKeepsRefs    bool // DeleteThread leaves the reference counts
+	DeleteThreadWithoutLease bool // DeleteThread ignores lease currency
+	DeleteThreadKeepsHead    bool // DeleteThread leaves the head pointing at a removed checkpoint
+	DeleteThreadNewestFirst  bool // DeleteThread returns the removed ids newest first
 
 	// Fork.
 	ForkCopiesLabel            bool // the fork root keeps label and sourceRunId
@@ -104,6 +110,7 @@ type Faults struct {
 }
 
 // Store is the faulty store. It implements cairn.Store, cairn.Pruner,
+// cairn.ThreadDeleter,
 // cairn.Forker, cairn.ThreadLister, cairn.BlobReferenceWalker,
 // cairn.BlobClaimer and cairn.BlobCollector.
 type Store struct {
@@ -677,6 +684,45 @@ func (s *Store) ListThreads(ctx context.Context, after string, limit int) ([]str
 		}
 	}
 	return out, nil
+}
+
+// DeleteThread implements cairn.ThreadDeleter.
+func (s *Store) DeleteThread(ctx context.Context, in cairn.DeleteThreadInput) ([]string, error) {
+	if err := cairn.CheckDeleteThreadInput(&in); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.f.DeleteThreadWithoutLease && !s.current(s.writers[in.ThreadID], in.Writer, s.now()) {
+		return nil, lost(in.ThreadID)
+	}
+	var list []*cairn.Checkpoint
+	for _, c := range s.checkpoints {
+		if c.ThreadID == in.ThreadID {
+			list = append(list, c)
+		}
+	}
+	slices.SortFunc(list, func(a, b *cairn.Checkpoint) int {
+		return cmp.Or(cmp.Compare(a.CreatedAt, b.CreatedAt), strings.Compare(a.ID, b.ID))
+	})
+	removed := []string{}
+	for _, c := range list {
+		delete(s.checkpoints, c.ID)
+		if !s.f.DeleteThreadKeepsRefs {
+			s.uncount(c)
+		}
+		removed = append(removed, c.ID)
+	}
+	if s.f.DeleteThreadNewestFirst {
+		slices.Reverse(removed)
+	}
+	if !s.f.DeleteThreadKeepsHead {
+		delete(s.heads, in.ThreadID)
+	}
+	return removed, nil
 }
 
 // DeleteCheckpoints implements cairn.Pruner.
