@@ -33,6 +33,15 @@ var _ cairn.ThreadDeleter = (*Store)(nil)
 // is kept, so the thread's next append takes a sequence number above the
 // floor. The records that did not fit are deleted right after, in guarded
 // batches, as after DeleteCheckpoints.
+//
+// Contention: an append by the same lease holder that lands between the read
+// and the commit changes the thread record, so the transaction fails its
+// compare; DeleteThread then reads again, runs the checks again in order and
+// removes what the thread holds now, for as long as ctx allows (see the
+// package documentation, Contention). Errors: the contract's, in its order
+// (ErrInvalidID, then ErrWriterLost); ctx's error; an *UnknownOutcomeError
+// when a commit got no answer and ctx ended or the unanswered commits ran
+// out before the outcome was known.
 func (s *Store) DeleteThread(ctx context.Context, in cairn.DeleteThreadInput) ([]string, error) {
 	if err := cairn.CheckDeleteThreadInput(&in); err != nil {
 		return nil, err
