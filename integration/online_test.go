@@ -102,7 +102,10 @@ const (
 // within onlineControlRuns sweeper runs (at most onlineControlCap), so that
 // the first half is known to have teeth. The bound is a number of runs, not
 // a time: on a loaded machine each run takes longer. CAIRN_ONLINE
-// (else CAIRN_CAMPAIGN) sets the length of the first half.
+// (else CAIRN_CAMPAIGN) sets the length of the halves with claims; each goes
+// on past it, for at most onlineCoverCap, until it has killed and paused
+// sweeper runs and deleted blobs, so that a slow machine gives a slower
+// verdict, not an empty one.
 func TestOnlineSweepDuringFaults(t *testing.T) {
 	d := onlineDuration(t)
 	cluster := startCluster(t)
@@ -110,12 +113,12 @@ func TestOnlineSweepDuringFaults(t *testing.T) {
 
 	t.Run("Claims", func(t *testing.T) {
 		e := newOnlineEnv(t, cluster, bin, "cairn-online/", true)
-		res := e.run(onlineConfig{d: d, kinds: onlineRunKinds, faults: true})
+		res := e.run(onlineConfig{d: d, kinds: onlineRunKinds, faults: true, covered: enoughToProve})
 		res.log(t, "claims")
 		if res.lost.Load() > 0 {
 			t.Errorf("%d checkpoints referenced missing blobs; the first: %v", res.lost.Load(), res.firstLoss())
 		}
-		if res.appends.Load() < 20 || res.reused.Load() == 0 || res.deleted.Load() == 0 || res.killed.Load() == 0 || res.pausedPast.Load() == 0 {
+		if !enoughToProve(res) {
 			t.Errorf("the workload did too little to prove anything: %d appends, %d blobs reused, %d deleted, %d runs killed, %d paused past their lock",
 				res.appends.Load(), res.reused.Load(), res.deleted.Load(), res.killed.Load(), res.pausedPast.Load())
 		}
@@ -130,14 +133,15 @@ func TestOnlineSweepDuringFaults(t *testing.T) {
 		// still assemble from its objects.
 		e := newOnlineEnv(t, cluster, bin, "cairn-online-objects/", true)
 		e.objects = true
-		res := e.run(onlineConfig{d: d, kinds: onlineRunKinds, faults: true})
+		// The kills and pauses of the sweeper are Claims' to prove; here
+		// the sweeper has to have deleted, and the writers appended.
+		enough := func(r *onlineResult) bool { return r.appends.Load() >= 20 && r.deleted.Load() > 0 }
+		res := e.run(onlineConfig{d: d, kinds: onlineRunKinds, faults: true, covered: enough})
 		res.log(t, "claims, object layout")
 		if res.lost.Load() > 0 {
 			t.Errorf("%d checkpoints referenced missing blobs or objects; the first: %v", res.lost.Load(), res.firstLoss())
 		}
-		// The kills and pauses of the sweeper are Claims' to prove; here
-		// the sweeper has to have deleted, and the writers appended.
-		if res.appends.Load() < 20 || res.deleted.Load() == 0 {
+		if !enough(res) {
 			t.Errorf("the workload did too little to prove anything: %d appends, %d deleted",
 				res.appends.Load(), res.deleted.Load())
 		}
@@ -318,6 +322,20 @@ type onlineConfig struct {
 	// untilRuns, when not 0, ends the workload once that many sweeper runs
 	// have ended (d still bounds it).
 	untilRuns int64
+	// covered, when set, keeps the workload going past d until it reports
+	// that the result exercised what the test needs (kills, pauses,
+	// deletes), for at most onlineCoverCap in all: on a loaded machine the
+	// runs are slower, and a fixed time may hold too few of them.
+	covered func(*onlineResult) bool
+}
+
+// onlineCoverCap bounds a workload that waits for its coverage.
+const onlineCoverCap = 3 * time.Minute
+
+// enoughToProve reports whether a workload with claims did enough for its
+// verdict to mean something.
+func enoughToProve(r *onlineResult) bool {
+	return r.appends.Load() >= 20 && r.reused.Load() > 0 && r.deleted.Load() > 0 && r.killed.Load() > 0 && r.pausedPast.Load() > 0
 }
 
 // run runs the writers, the sweeper loop and the fault injector for cfg.d, or
@@ -329,7 +347,11 @@ func (e *onlineEnv) run(cfg onlineConfig) *onlineResult {
 	res := newOnlineResult()
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("online workload: %v, seed %d, claims %v, faults %v", d, seed, e.claims, cfg.faults)
-	ctx, cancel := context.WithTimeout(context.Background(), d)
+	limit := d
+	if cfg.covered != nil {
+		limit = max(d, onlineCoverCap)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	lose := func(err error) {
 		res.lose(err)
@@ -350,6 +372,25 @@ func (e *onlineEnv) run(cfg onlineConfig) *onlineResult {
 			tick := time.NewTicker(100 * time.Millisecond)
 			defer tick.Stop()
 			for res.runs.Load() < cfg.untilRuns {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+			}
+			cancel()
+		})
+	}
+	if cfg.covered != nil {
+		wg.Go(func() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(d):
+			}
+			tick := time.NewTicker(100 * time.Millisecond)
+			defer tick.Stop()
+			for !cfg.covered(res) {
 				select {
 				case <-ctx.Done():
 					return
