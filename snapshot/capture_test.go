@@ -13,6 +13,7 @@ import (
 
 	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/bucket"
+	"github.com/cairnstore/cairn/internal/treetest"
 	"github.com/cairnstore/cairn/snapshot"
 )
 
@@ -77,7 +78,7 @@ func TestCaptureRestoreRoundTrip(t *testing.T) {
 			ctx := context.Background()
 			e := newEnv(t)
 			src := t.TempDir()
-			writeTree(t, src, tc.tree)
+			treetest.Write(t, src, tc.tree)
 			m, err := snapshot.CaptureDir(ctx, src, nil, e.uploader(t, "t"), &tc.opts)
 			if err != nil {
 				t.Fatal(err)
@@ -102,7 +103,7 @@ func TestCaptureRestoreRoundTrip(t *testing.T) {
 			if want == nil {
 				want = tc.tree
 			}
-			if got := readTree(t, dst); !mapsEqual(got, want) {
+			if got := treetest.Read(t, dst); !mapsEqual(got, want) {
 				t.Fatalf("restored %q, want %q", sortedKeys(got), sortedKeys(want))
 			}
 		})
@@ -134,7 +135,7 @@ func TestCaptureRefuses(t *testing.T) {
 			}
 		}, snapshot.ErrUnsupportedEntry, "sub/link"},
 		{"executable", func(t *testing.T, dir string) {
-			writeTree(t, dir, map[string]string{"run.sh": "#!/bin/sh\n"})
+			treetest.Write(t, dir, map[string]string{"run.sh": "#!/bin/sh\n"})
 			if err := os.Chmod(filepath.Join(dir, "run.sh"), 0o755); err != nil {
 				t.Fatal(err)
 			}
@@ -145,17 +146,17 @@ func TestCaptureRefuses(t *testing.T) {
 			}
 		}, snapshot.ErrUnsupportedEntry, "pipe"},
 		{"backslash in a name", func(t *testing.T, dir string) {
-			writeTree(t, dir, map[string]string{`a\b`: "x"})
+			treetest.Write(t, dir, map[string]string{`a\b`: "x"})
 		}, snapshot.ErrInvalidPath, `a\b`},
 		{"drive-like name", func(t *testing.T, dir string) {
-			writeTree(t, dir, map[string]string{"C:foo": "x"})
+			treetest.Write(t, dir, map[string]string{"C:foo": "x"})
 		}, snapshot.ErrInvalidPath, "C:foo"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
 			dir := t.TempDir()
-			writeTree(t, dir, map[string]string{"sub/ok.txt": "ok"})
+			treetest.Write(t, dir, map[string]string{"sub/ok.txt": "ok"})
 			tc.setup(t, dir)
 			_, err := snapshot.CaptureDir(context.Background(), dir, nil, e.uploader(t, "t"), nil)
 			var se *snapshot.Error
@@ -185,7 +186,7 @@ func TestCaptureDetectsChange(t *testing.T) {
 			e := newEnv(t)
 			b := tc.bucket(t)
 			dir := t.TempDir()
-			writeTree(t, dir, map[string]string{"a.txt": "before", "b.txt": "steady"})
+			treetest.Write(t, dir, map[string]string{"a.txt": "before", "b.txt": "steady"})
 			hb := &hookBucket{streamBlobs: b}
 			changedKey := bucket.FileKey([]byte("before"))
 			hb.onHead = func(key string) {
@@ -221,7 +222,7 @@ func TestS3RoundTrip(t *testing.T) {
 	b := fakeS3(t)
 	tree := map[string]string{"a.txt": strings.Repeat("a", 3<<20), "b/c.txt": "c", "d/": ""}
 	src := t.TempDir()
-	writeTree(t, src, tree)
+	treetest.Write(t, src, tree)
 	up := e.uploader(t, "t")
 	up.Bucket = b
 	m, err := snapshot.CaptureDir(ctx, src, nil, up, nil)
@@ -232,7 +233,7 @@ func TestS3RoundTrip(t *testing.T) {
 	if _, err := snapshot.Restore(ctx, b, &cairn.Checkpoint{Files: m.Files}, dst, nil); err != nil {
 		t.Fatal(err)
 	}
-	if got := readTree(t, dst); !mapsEqual(got, tree) {
+	if got := treetest.Read(t, dst); !mapsEqual(got, tree) {
 		t.Fatalf("restored %q", sortedKeys(got))
 	}
 }
@@ -241,7 +242,7 @@ func TestCaptureUnchangedUploadsNothing(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
 	dir := t.TempDir()
-	writeTree(t, dir, map[string]string{"a": "1", "b/c": "2", "d/": ""})
+	treetest.Write(t, dir, map[string]string{"a": "1", "b/c": "2", "d/": ""})
 	hb := &hookBucket{streamBlobs: e.blobs}
 	up := e.uploader(t, "t")
 	up.Bucket = hb
@@ -271,7 +272,7 @@ func TestStatCache(t *testing.T) {
 	e := newEnv(t)
 	dir := t.TempDir()
 	tree := map[string]string{"a": "1", "b/c": "2", "b/d": "3", "e": "4"}
-	writeTree(t, dir, tree)
+	treetest.Write(t, dir, tree)
 	old := time.Now().Add(-time.Hour)
 	for p := range tree {
 		if err := os.Chtimes(filepath.Join(dir, p), old, old); err != nil {
@@ -322,7 +323,7 @@ func TestCaptureFSAndArtifacts(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
 	dir := t.TempDir()
-	writeTree(t, dir, map[string]string{"x.txt": "x"})
+	treetest.Write(t, dir, map[string]string{"x.txt": "x"})
 	arts := []snapshot.ArtifactSource{
 		snapshot.ArtifactBytes("r2", "late.txt", "text/plain", 20, []byte("late")),
 		snapshot.ArtifactBytes("r1", "early.txt", "text/plain", 10, []byte("early")),
@@ -348,7 +349,7 @@ func TestCaptureClaimsFirst(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
 	dir := t.TempDir()
-	writeTree(t, dir, map[string]string{"a": "1"})
+	treetest.Write(t, dir, map[string]string{"a": "1"})
 	lease, err := e.store.AcquireWriter(ctx, "t")
 	if err != nil {
 		t.Fatal(err)
@@ -369,7 +370,7 @@ func TestCaptureOnParent(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
 	dir := t.TempDir()
-	writeTree(t, dir, map[string]string{"a": "1", "b": "2"})
+	treetest.Write(t, dir, map[string]string{"a": "1", "b": "2"})
 	var heads []string
 	hb := &hookBucket{streamBlobs: e.blobs, onHead: func(key string) { heads = append(heads, key) }}
 	up := e.uploader(t, "t")
@@ -378,7 +379,7 @@ func TestCaptureOnParent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeTree(t, dir, map[string]string{"b": "changed"})
+	treetest.Write(t, dir, map[string]string{"b": "changed"})
 	heads = nil
 	up.Parent = &cairn.Checkpoint{Files: first.Files}
 	m, err := snapshot.CaptureDir(ctx, dir, nil, up, &snapshot.Options{Concurrency: 1})
@@ -395,7 +396,7 @@ func TestCaptureOnParent(t *testing.T) {
 func TestCaptureProgress(t *testing.T) {
 	e := newEnv(t)
 	dir := t.TempDir()
-	writeTree(t, dir, map[string]string{"a": strings.Repeat("x", 5<<20), "b": "y", "c/d": "z"})
+	treetest.Write(t, dir, map[string]string{"a": strings.Repeat("x", 5<<20), "b": "y", "c/d": "z"})
 	var events []snapshot.Progress
 	opts := &snapshot.Options{Progress: func(p snapshot.Progress) { events = append(events, p) }}
 	if _, err := snapshot.CaptureDir(context.Background(), dir, nil, e.uploader(t, "t"), opts); err != nil {
@@ -438,7 +439,7 @@ func TestRestoreThroughSymlink(t *testing.T) {
 	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
 		t.Fatalf("the link is gone: %v, %v", fi, err)
 	}
-	if got := readTree(t, target); !mapsEqual(got, map[string]string{"a": "1"}) {
+	if got := treetest.Read(t, target); !mapsEqual(got, map[string]string{"a": "1"}) {
 		t.Fatalf("restored %q", sortedKeys(got))
 	}
 }
@@ -457,7 +458,7 @@ func TestRoundTripWithoutStreams(t *testing.T) {
 	b := plainBlobs{e.blobs, e.blobs}
 	tree := map[string]string{"a": "alpha", "b/c": "gamma", "e/": ""}
 	src := t.TempDir()
-	writeTree(t, src, tree)
+	treetest.Write(t, src, tree)
 	up := e.uploader(t, "t")
 	up.Bucket = b
 	m, err := snapshot.CaptureDir(ctx, src, nil, up, nil)
@@ -468,7 +469,7 @@ func TestRoundTripWithoutStreams(t *testing.T) {
 	if _, err := snapshot.Restore(ctx, b, &cairn.Checkpoint{Files: m.Files}, dst, nil); err != nil {
 		t.Fatal(err)
 	}
-	if got := readTree(t, dst); !mapsEqual(got, tree) {
+	if got := treetest.Read(t, dst); !mapsEqual(got, tree) {
 		t.Fatalf("restored %q", sortedKeys(got))
 	}
 	if err := e.blobs.Put(ctx, bucket.FileKey([]byte("alpha")), []byte("ALPHA")); err != nil {

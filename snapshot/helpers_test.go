@@ -4,11 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"testing"
 
@@ -43,61 +39,6 @@ func (e *env) uploader(t *testing.T, thread string) snapshot.Uploader {
 	}
 	t.Cleanup(func() { lease.Release(context.Background()) })
 	return snapshot.Uploader{Bucket: e.blobs, Claimer: e.store, Writer: lease.Writer}
-}
-
-// writeTree makes the files of tree (path → contents; a path ending in "/"
-// is an empty directory) under dir.
-func writeTree(t *testing.T, dir string, tree map[string]string) {
-	t.Helper()
-	for p, data := range tree {
-		full := filepath.Join(dir, filepath.FromSlash(p))
-		if strings.HasSuffix(p, "/") {
-			if err := os.MkdirAll(full, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(data), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// readTree returns the files and empty directories under dir in the form
-// writeTree takes.
-func readTree(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		if rel == "." {
-			return nil
-		}
-		rel = filepath.ToSlash(rel)
-		if d.IsDir() {
-			ents, err := os.ReadDir(p)
-			if err != nil {
-				return err
-			}
-			if len(ents) == 0 {
-				out[rel+"/"] = ""
-			}
-			return nil
-		}
-		data, err := os.ReadFile(p)
-		out[rel] = string(data)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 func paths(files []cairn.Entry) []string {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/internal/treetest"
 	"github.com/cairnstore/cairn/snapshot"
 )
 
@@ -52,7 +53,7 @@ func TestRoundTripGeneratedTree(t *testing.T) {
 	if _, err := snapshot.Restore(ctx, e.blobs, &cairn.Checkpoint{Files: m.Files}, dst, nil); err != nil {
 		t.Fatal(err)
 	}
-	got, want := readTree(t, dst), readTree(t, src)
+	got, want := treetest.Read(t, dst), treetest.Read(t, src)
 	if !mapsEqual(got, want) {
 		t.Fatalf("restored %d paths, want %d", len(got), len(want))
 	}

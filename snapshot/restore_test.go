@@ -10,6 +10,7 @@ import (
 
 	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/bucket"
+	"github.com/cairnstore/cairn/internal/treetest"
 	"github.com/cairnstore/cairn/snapshot"
 )
 
@@ -17,7 +18,7 @@ import (
 func (e *env) captured(t *testing.T, tree map[string]string) *cairn.Checkpoint {
 	t.Helper()
 	dir := t.TempDir()
-	writeTree(t, dir, tree)
+	treetest.Write(t, dir, tree)
 	m, err := snapshot.CaptureDir(context.Background(), dir, nil, e.uploader(t, "src"), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -77,13 +78,13 @@ func TestRestoreRefuses(t *testing.T) {
 			parent := t.TempDir()
 			dst := filepath.Join(parent, "ws")
 			before := map[string]string{"a.txt": "old", "stale.txt": "stale"}
-			writeTree(t, dst, before)
+			treetest.Write(t, dst, before)
 			_, err := snapshot.Restore(context.Background(), e.blobs, cp, dst, nil)
 			var se *snapshot.Error
 			if !errors.Is(err, tc.code) || !errors.As(err, &se) || se.Path != tc.path {
 				t.Fatalf("error %v, want %s naming %q", err, tc.code.Code, tc.path)
 			}
-			if got := readTree(t, dst); !mapsEqual(got, before) {
+			if got := treetest.Read(t, dst); !mapsEqual(got, before) {
 				t.Fatalf("the target changed to %q", sortedKeys(got))
 			}
 			if ents, _ := os.ReadDir(parent); len(ents) != 1 {
@@ -118,7 +119,7 @@ func TestRestoreOverTree(t *testing.T) {
 				if err := os.Mkdir(dst, 0o755); err != nil {
 					t.Fatal(err)
 				}
-				writeTree(t, dst, tc.before)
+				treetest.Write(t, dst, tc.before)
 			}
 			var phases []snapshot.Phase
 			var last snapshot.Progress
@@ -132,7 +133,7 @@ func TestRestoreOverTree(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := readTree(t, dst); !mapsEqual(got, tc.want) {
+			if got := treetest.Read(t, dst); !mapsEqual(got, tc.want) {
 				t.Fatalf("restored %q, want %q", sortedKeys(got), sortedKeys(tc.want))
 			}
 			if st.Files != 4 || st.Dirs != 1 {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/bucket"
+	"github.com/cairnstore/cairn/internal/treetest"
 	"github.com/cairnstore/cairn/snapshot"
 )
 
@@ -20,7 +21,7 @@ func TestSaveChainsAndReusesBlobs(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
 	dir := t.TempDir()
-	writeTree(t, dir, map[string]string{"a.txt": "1", "b/c.txt": "2"})
+	treetest.Write(t, dir, map[string]string{"a.txt": "1", "b/c.txt": "2"})
 	first, err := snapshot.Save(ctx, e.store, e.blobs, snapshot.SaveInput{ThreadID: "t", Dir: dir, Label: "one"})
 	if err != nil {
 		t.Fatal(err)
@@ -28,7 +29,7 @@ func TestSaveChainsAndReusesBlobs(t *testing.T) {
 	if first.Checkpoint.ParentCheckpointID != "" || first.Checkpoint.Reason != cairn.ReasonNamed || first.Stats.Uploaded != 2 {
 		t.Fatalf("first save %+v", first)
 	}
-	writeTree(t, dir, map[string]string{"a.txt": "changed"})
+	treetest.Write(t, dir, map[string]string{"a.txt": "changed"})
 	second, err := snapshot.Save(ctx, e.store, e.blobs, snapshot.SaveInput{ThreadID: "t", Dir: dir, ID: "second"})
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +139,7 @@ func TestFork(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
 	dir := t.TempDir()
-	writeTree(t, dir, map[string]string{"a.txt": "1"})
+	treetest.Write(t, dir, map[string]string{"a.txt": "1"})
 	src, err := snapshot.Save(ctx, e.store, e.blobs, snapshot.SaveInput{ThreadID: "t", Dir: dir, Conversation: []byte(`[{"role":"user"}]`)})
 	if err != nil {
 		t.Fatal(err)
@@ -229,7 +230,7 @@ func TestSaveRenewalFailureWins(t *testing.T) {
 		}
 	}}
 	dir := t.TempDir()
-	writeTree(t, dir, map[string]string{"a": "1"})
+	treetest.Write(t, dir, map[string]string{"a": "1"})
 	_, err = snapshot.Save(context.Background(), st, b, snapshot.SaveInput{ThreadID: "t", Dir: dir})
 	if !errors.Is(err, cairn.ErrWriterLost) {
 		t.Fatalf("error %v, want ErrWriterLost from the renewal", err)
