@@ -184,7 +184,6 @@ type removal struct {
 
 func (op *pruneOp) run(ctx context.Context, pending error, pendingRev int64) ([]string, error) {
 	s, in := op.s, &op.in
-	wk := s.writerKeys(in.ThreadID)
 	threadKey := string(s.layout.Thread(in.ThreadID))
 	a := &attempts{s: s, op: "deleteCheckpoints", nonce: op.nonce, thread: in.ThreadID, pending: pending, pendingRev: pendingRev,
 		retry: func(ctx context.Context, pending error, rev int64) error {
@@ -255,32 +254,13 @@ func (op *pruneOp) run(ctx context.Context, pending error, pendingRev int64) ([]
 		for _, shard := range shardsOf(mask) {
 			ops = append(ops, deleteRange(s.layout.RefThread(shard, in.ThreadID), s.layout.RefSeq(shard, in.ThreadID, cut)))
 		}
-		// The thread record is compared, so the removed records and their
-		// index records are exactly as read: delete as many as fit.
-		inTxn := 0
-		for _, r := range op.removed {
-			if len(ops)+2 > MaxTxnOps {
-				break
-			}
-			ops = append(ops, clientv3.OpDelete(string(r.key)), clientv3.OpDelete(string(s.layout.Index(r.id))))
-			inTxn++
-		}
-		cmps := s.withGuards(append(fence.Guard(wk, in.Writer.OwnerToken, in.Writer.Fence, now), s.threadCmp(in.ThreadID, st)))
-		resp, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		inTxn, ok, err := s.commitRemoval(ctx, a, in.Writer, st, rec, now, ops, op.removed)
 		if err != nil {
-			if err := a.committed(ctx, err, st.rev); err != nil {
-				return nil, err
-			}
+			return nil, err
+		}
+		if !ok {
 			continue
 		}
-		if !resp.Succeeded {
-			if err := s.guardErr(ctx); err != nil {
-				return nil, a.fail(err)
-			}
-			s.forget(in.ThreadID)
-			continue
-		}
-		s.remember(in.ThreadID, threadState{rec: rec, rev: resp.Header.Revision})
 		ids := op.ids()
 		op.removed = op.removed[inTxn:]
 		op.cleanup(ctx)

@@ -60,7 +60,6 @@ type deleteThreadOp struct {
 
 func (op *deleteThreadOp) run(ctx context.Context, pending error, pendingRev int64) ([]string, error) {
 	s, in := op.s, &op.in
-	wk := s.writerKeys(in.ThreadID)
 	threadKey := string(s.layout.Thread(in.ThreadID))
 	a := &attempts{s: s, op: "deleteThread", nonce: op.nonce, thread: in.ThreadID, pending: pending, pendingRev: pendingRev,
 		retry: func(ctx context.Context, pending error, rev int64) error {
@@ -118,30 +117,13 @@ func (op *deleteThreadOp) run(ctx context.Context, pending error, pendingRev int
 		for shard := range keys.RootShard + 1 {
 			ops = append(ops, deletePrefix(s.layout.RefThread(shard, in.ThreadID)))
 		}
-		inTxn := 0
-		for _, r := range op.removed {
-			if len(ops)+2 > MaxTxnOps {
-				break
-			}
-			ops = append(ops, clientv3.OpDelete(string(r.key)), clientv3.OpDelete(string(s.layout.Index(r.id))))
-			inTxn++
-		}
-		cmps := s.withGuards(append(fence.Guard(wk, in.Writer.OwnerToken, in.Writer.Fence, now), s.threadCmp(in.ThreadID, st)))
-		resp, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		inTxn, ok, err := s.commitRemoval(ctx, a, in.Writer, st, rec, now, ops, op.removed)
 		if err != nil {
-			if err := a.committed(ctx, err, st.rev); err != nil {
-				return nil, err
-			}
+			return nil, err
+		}
+		if !ok {
 			continue
 		}
-		if !resp.Succeeded {
-			if err := s.guardErr(ctx); err != nil {
-				return nil, a.fail(err)
-			}
-			s.forget(in.ThreadID)
-			continue
-		}
-		s.remember(in.ThreadID, threadState{rec: rec, rev: resp.Header.Revision})
 		return op.finish(ctx, inTxn), nil
 	}
 }
@@ -177,6 +159,38 @@ func (s *Store) readForRemoval(ctx context.Context, a *attempts, thread string, 
 		return removalRead{}, false, a.fail(cairn.NewError(cairn.CodeWriterLost, "writer lease for thread %q is no longer current", thread))
 	}
 	return removalRead{st: st, kvs: rs[3].Kvs, now: now}, false, nil
+}
+
+// commitRemoval adds to ops the deletes of as many of removed's checkpoint
+// and index records as the transaction holds (the thread record is compared,
+// so they are exactly as read), and commits ops if the writer lease w is
+// current and the thread record is st's. It returns how many of removed the
+// transaction deleted and true when it committed; false with a nil error
+// when the write should read again and retry; otherwise the error to return.
+func (s *Store) commitRemoval(ctx context.Context, a *attempts, w cairn.Writer, st threadState, rec threadRec, now float64,
+	ops []clientv3.Op, removed []removal) (int, bool, error) {
+	inTxn := 0
+	for _, r := range removed {
+		if len(ops)+2 > MaxTxnOps {
+			break
+		}
+		ops = append(ops, clientv3.OpDelete(string(r.key)), clientv3.OpDelete(string(s.layout.Index(r.id))))
+		inTxn++
+	}
+	cmps := s.withGuards(append(fence.Guard(s.writerKeys(a.thread), w.OwnerToken, w.Fence, now), s.threadCmp(a.thread, st)))
+	resp, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	if err != nil {
+		return 0, false, a.committed(ctx, err, st.rev)
+	}
+	if !resp.Succeeded {
+		if err := s.guardErr(ctx); err != nil {
+			return 0, false, a.fail(err)
+		}
+		s.forget(a.thread)
+		return 0, false, nil
+	}
+	s.remember(a.thread, threadState{rec: rec, rev: resp.Header.Revision})
+	return inTxn, true, nil
 }
 
 // finish returns the removed ids and deletes the records past the first
