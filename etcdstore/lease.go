@@ -54,6 +54,41 @@ func (s *Store) AcquireWriter(ctx context.Context, threadID string) (*cairn.Leas
 	return cairn.NewLease(w, exp, s.opts.RenewAfter, &leaseDriver{s: s, w: w}), nil
 }
 
+// ResumeWriter returns a lease for w, a writer that AcquireWriter of any
+// Store on the same etcd and prefix handed out (another process, or this one
+// before it restarted), so that a service with several replicas can renew and
+// release a lease through any of them. Renew and Release of the result work
+// as on the lease AcquireWriter returned; its ExpiresAt is the stored expiry,
+// which may have passed (Renew then fails, Release still ends the record).
+//
+// It reads the thread's writer record once. Errors: cairn.ErrWriterLost when
+// the record is not w's (released, taken over, never w's, or a malformed
+// writer); cairn.ErrInvalidID for a bad thread id; ctx's and etcd's errors.
+//
+// Claims that w made through another Store are known only to that Store: an
+// append through this one ends the claims made through this one. The others
+// protect their keys until w ends (the sweeper reaps the claims of a lease
+// that is not current) or that Store's process ends.
+func (s *Store) ResumeWriter(ctx context.Context, w cairn.Writer) (*cairn.Lease, error) {
+	if err := cairn.ValidateID(w.ThreadID, "thread id"); err != nil {
+		return nil, err
+	}
+	lost := cairn.NewError(cairn.CodeWriterLost, "writer lease for thread %q is no longer current", w.ThreadID)
+	if w.OwnerToken == "" || w.Fence <= 0 {
+		return nil, lost
+	}
+	wk := s.writerKeys(w.ThreadID)
+	rs, _, err := s.readOnly(ctx, clientv3.OpGet(wk.Owner), clientv3.OpGet(wk.Expiry))
+	if err != nil {
+		return nil, err
+	}
+	rec := fence.Decode(first(rs[0]), first(rs[1]))
+	if rec == nil || rec.OwnerToken != w.OwnerToken || rec.Fence != w.Fence {
+		return nil, lost
+	}
+	return cairn.NewLease(w, rec.ExpiresAt, s.opts.RenewAfter, &leaseDriver{s: s, w: w}), nil
+}
+
 type leaseDriver struct {
 	s *Store
 	w cairn.Writer

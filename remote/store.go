@@ -75,7 +75,7 @@ func (s *Store) DeleteHead(ctx context.Context, in cairn.DeleteHeadInput) error 
 }
 
 // AcquireWriter implements cairn.Store. The lease is renewed and released
-// through the server that handed it out. An *UnknownOutcomeError means a
+// through this Store's server URL; any replica behind it serves them. An *UnknownOutcomeError means a
 // lease may have been taken that nobody holds; it ends at its expiry.
 func (s *Store) AcquireWriter(ctx context.Context, threadID string) (*cairn.Lease, error) {
 	res, err := call(ctx, "acquireWriter", true, s.cp.AcquireWriter, &cairnv1.AcquireWriterRequest{ThreadId: threadID})

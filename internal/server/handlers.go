@@ -118,10 +118,9 @@ func (h *checkpoints) AcquireWriter(ctx context.Context, req *connect.Request[ca
 func (h *checkpoints) RenewWriter(ctx context.Context, req *connect.Request[cairnv1.RenewWriterRequest]) (*connect.Response[cairnv1.RenewWriterResponse], error) {
 	return run(h.srv, ctx, req, func(st *store, m *cairnv1.RenewWriterRequest) (*cairnv1.RenewWriterResponse, error) {
 		w := wire.FromWriter(m.Writer)
-		l := st.lease(w)
-		if l == nil {
-			return nil, cairn.NewError(cairn.CodeWriterLost,
-				"writer lease for thread %q is not current here: it was released, taken over, expired, or handed out by another server process", w.ThreadID)
+		l, err := st.lease(ctx, w)
+		if err != nil {
+			return nil, err
 		}
 		exp, err := l.Renew(ctx)
 		if cairn.CodeOf(err) == cairn.CodeWriterLost {
@@ -134,10 +133,17 @@ func (h *checkpoints) RenewWriter(ctx context.Context, req *connect.Request[cair
 func (h *checkpoints) ReleaseWriter(ctx context.Context, req *connect.Request[cairnv1.ReleaseWriterRequest]) (*connect.Response[cairnv1.ReleaseWriterResponse], error) {
 	return run(h.srv, ctx, req, func(st *store, m *cairnv1.ReleaseWriterRequest) (*cairnv1.ReleaseWriterResponse, error) {
 		w := wire.FromWriter(m.Writer)
-		if l := st.lease(w); l != nil {
-			l.Release(ctx)
-			st.forget(w)
+		l, err := st.lease(ctx, w)
+		if cairn.CodeOf(err) != "" {
+			// Not the thread's writer (or not a writer at all): nothing of
+			// w's to end, and a release never fails by the contract.
+			return &cairnv1.ReleaseWriterResponse{}, nil
 		}
+		if err != nil {
+			return nil, err
+		}
+		l.Release(ctx)
+		st.forget(w)
 		return &cairnv1.ReleaseWriterResponse{}, nil
 	})
 }

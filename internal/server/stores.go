@@ -33,10 +33,10 @@ const (
 	sessionDir = "cairnd-test/"
 )
 
-// store is one etcdstore.Store with the leases it handed out, so that
-// RenewWriter and ReleaseWriter find the lease a writer names. A lease ends
-// with the store (and so with the process): a writer this store does not
-// know is not current.
+// store is one etcdstore.Store with the leases it handed out or resumed, so
+// that RenewWriter and ReleaseWriter find the lease a writer names. A writer
+// it does not know, handed out by another replica or before a restart, is
+// resumed from its record in etcd (etcdstore.Store.ResumeWriter).
 type store struct {
 	*etcdstore.Store
 	now    func() float64
@@ -62,10 +62,22 @@ func (s *store) remember(l *cairn.Lease, now float64) {
 	s.leases[l.Writer] = l
 }
 
-func (s *store) lease(w cairn.Writer) *cairn.Lease {
+// lease returns the lease w names: the one this store handed out or resumed,
+// else one resumed from etcd. Errors are ResumeWriter's: cairn.ErrWriterLost
+// when w is not the thread's writer record.
+func (s *store) lease(ctx context.Context, w cairn.Writer) (*cairn.Lease, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.leases[w]
+	l := s.leases[w]
+	s.mu.Unlock()
+	if l != nil {
+		return l, nil
+	}
+	l, err := s.ResumeWriter(ctx, w)
+	if err != nil {
+		return nil, err
+	}
+	s.remember(l, s.now())
+	return l, nil
 }
 
 func (s *store) forget(w cairn.Writer) {

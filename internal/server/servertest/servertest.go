@@ -43,6 +43,18 @@ type Env struct {
 func Start(t testing.TB, configure func(*server.Config)) *Env {
 	t.Helper()
 	_, cli := embedetcd.ForTest(t)
+	return start(t, cli, configure)
+}
+
+// StartReplica runs a second server on env's etcd member with the same
+// tenants: another replica of the same service.
+func StartReplica(t testing.TB, env *Env, configure func(*server.Config)) *Env {
+	t.Helper()
+	return start(t, env.Etcd, configure)
+}
+
+func start(t testing.TB, cli *clientv3.Client, configure func(*server.Config)) *Env {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	cfg := server.Config{
 		Client:         cli,

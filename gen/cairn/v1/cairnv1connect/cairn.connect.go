@@ -169,10 +169,10 @@ type CheckpointServiceClient interface {
 	// AcquireWriter takes the thread's writer lease without waiting.
 	// Errors: INVALID_ID, WRITER_CONFLICT.
 	AcquireWriter(context.Context, *connect.Request[v1.AcquireWriterRequest]) (*connect.Response[v1.AcquireWriterResponse], error)
-	// RenewWriter extends a lease this server handed out and returns the new
-	// expiry. Errors: WRITER_LOST when the lease was released, taken over or
-	// has expired, or was handed out by another server process (leases end
-	// with the process that holds them).
+	// RenewWriter extends a lease and returns the new expiry. Any server on
+	// the same etcd and tenant renews it, whichever handed it out. Errors:
+	// WRITER_LOST when the lease was released, taken over or has expired, or
+	// the server process that handed it out ended (leases end with it).
 	RenewWriter(context.Context, *connect.Request[v1.RenewWriterRequest]) (*connect.Response[v1.RenewWriterResponse], error)
 	// ReleaseWriter ends the lease if it is still the thread's current lease
 	// and does nothing otherwise. It never fails for a contract reason.
@@ -453,10 +453,10 @@ type CheckpointServiceHandler interface {
 	// AcquireWriter takes the thread's writer lease without waiting.
 	// Errors: INVALID_ID, WRITER_CONFLICT.
 	AcquireWriter(context.Context, *connect.Request[v1.AcquireWriterRequest]) (*connect.Response[v1.AcquireWriterResponse], error)
-	// RenewWriter extends a lease this server handed out and returns the new
-	// expiry. Errors: WRITER_LOST when the lease was released, taken over or
-	// has expired, or was handed out by another server process (leases end
-	// with the process that holds them).
+	// RenewWriter extends a lease and returns the new expiry. Any server on
+	// the same etcd and tenant renews it, whichever handed it out. Errors:
+	// WRITER_LOST when the lease was released, taken over or has expired, or
+	// the server process that handed it out ended (leases end with it).
 	RenewWriter(context.Context, *connect.Request[v1.RenewWriterRequest]) (*connect.Response[v1.RenewWriterResponse], error)
 	// ReleaseWriter ends the lease if it is still the thread's current lease
 	// and does nothing otherwise. It never fails for a contract reason.

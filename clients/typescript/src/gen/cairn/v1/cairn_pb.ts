@@ -1487,10 +1487,10 @@ export const CheckpointService: GenService<{
     output: typeof AcquireWriterResponseSchema;
   },
   /**
-   * RenewWriter extends a lease this server handed out and returns the new
-   * expiry. Errors: WRITER_LOST when the lease was released, taken over or
-   * has expired, or was handed out by another server process (leases end
-   * with the process that holds them).
+   * RenewWriter extends a lease and returns the new expiry. Any server on
+   * the same etcd and tenant renews it, whichever handed it out. Errors:
+   * WRITER_LOST when the lease was released, taken over or has expired, or
+   * the server process that handed it out ended (leases end with it).
    *
    * @generated from rpc cairn.v1.CheckpointService.RenewWriter
    */
