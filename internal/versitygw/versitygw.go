@@ -81,7 +81,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return nil, err
 	}
-	args := []string{"--access", cfg.AccessKeyID, "--secret", cfg.SecretAccessKey, "--region", cfg.Region, "--quiet"}
+	// Keep-alive, as S3 and R2 keep connections open: without it versitygw
+	// closes each connection after one response, and every request of a
+	// client pays a new TCP connection.
+	args := []string{"--access", cfg.AccessKeyID, "--secret", cfg.SecretAccessKey, "--region", cfg.Region, "--quiet", "--keep-alive"}
 	backend := []string{"posix"}
 	if !supportsUserXattrs(cfg.Dir) {
 		// The posix backend keeps metadata in extended attributes; without
