@@ -28,6 +28,23 @@ const (
 	PutModeAuto PutMode = "auto"
 )
 
+// PutsFindExisting reports whether the PutIfAbsent (and PutIfAbsentFrom) of b
+// finds out by itself, in the one request that would store the bytes,
+// whether the key exists: a bucket.S3 in PutModeConditional and the memory
+// bucket do; a bucket.S3 in PutModeHeadThenPut heads the key first, and a
+// bucket of unknown kind (a wrapper, say) is taken not to. A caller that
+// would head a key before putting it can then skip the head when sending
+// the bytes again costs less than the round trip.
+func PutsFindExisting(b any) bool {
+	switch b := b.(type) {
+	case *Memory:
+		return true
+	case interface{ PutMode() PutMode }:
+		return b.PutMode() == PutModeConditional
+	}
+	return false
+}
+
 // Config says how to reach an S3-compatible bucket. Its fields map one to one
 // onto command-line flags. The zero value of every optional field selects a
 // default.

@@ -2,6 +2,7 @@ package bucket_test
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -303,5 +304,34 @@ func TestConfigRedactsSecrets(t *testing.T) {
 		if !strings.Contains(out, "redacted") || !strings.Contains(out, "https://e") {
 			t.Errorf("%s output = %s; want the endpoint and a redaction marker", name, out)
 		}
+	}
+}
+
+// TestPutsFindExisting: a conditional put finds an existing key by itself,
+// a head-then-put put does not.
+func TestPutsFindExisting(t *testing.T) {
+	cases := []struct {
+		mode bucket.PutMode
+		want bool
+	}{
+		{"", true},
+		{bucket.PutModeConditional, true},
+		{bucket.PutModeHeadThenPut, false},
+	}
+	for _, tc := range cases {
+		t.Run(cmp.Or(string(tc.mode), "default"), func(t *testing.T) {
+			b, err := bucket.NewS3(t.Context(), bucket.Config{Endpoint: "http://127.0.0.1:9", Region: "auto", Bucket: "b",
+				AccessKeyID: "k", SecretAccessKey: "s", PutMode: tc.mode})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { b.Close() })
+			if got := bucket.PutsFindExisting(b); got != tc.want {
+				t.Fatalf("PutsFindExisting = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if !bucket.PutsFindExisting(bucket.NewMemory(nil)) {
+		t.Fatal("the memory bucket's put does not find existing keys")
 	}
 }

@@ -181,7 +181,7 @@ func capture(ctx context.Context, fsys fs.FS, root string, artifacts []ArtifactS
 	if err := hashAll(ctx, items, cache, n, opts.Progress, &m.Stats); err != nil {
 		return nil, err
 	}
-	if err := uploadAll(ctx, up, items, n, opts.Progress, &m.Stats); err != nil {
+	if err := uploadAll(ctx, up, items, n, newLookup(up.Bucket, opts.PutFirstMax), opts.Progress, &m.Stats); err != nil {
 		return nil, err
 	}
 	entries := make([]cairn.Entry, 0, len(files)+len(dirs))
@@ -385,7 +385,7 @@ func sameContent(a, b fileStat) bool { return a.Size == b.Size && a.Mtime == b.M
 
 // uploadAll claims every distinct key for the writer that the parent does
 // not reference, then uploads each one the bucket lacks.
-func uploadAll(ctx context.Context, up Uploader, items []*item, n int, progress func(Progress), stats *CaptureStats) error {
+func uploadAll(ctx context.Context, up Uploader, items []*item, n int, look *lookup, progress func(Progress), stats *CaptureStats) error {
 	todo := slices.Clone(items)
 	slices.SortFunc(todo, func(a, b *item) int { return strings.Compare(a.key, b.key) })
 	todo = slices.CompactFunc(todo, func(a, b *item) bool { return a.key == b.key })
@@ -413,9 +413,8 @@ func uploadAll(ctx context.Context, up Uploader, items []*item, n int, progress 
 	}
 	meter := newMeter(progress, PhaseUpload, len(todo), total)
 	var mu sync.Mutex
-	bufs := make([][]byte, n)
 	err := forEach(ctx, n, todo, func(ctx context.Context, w int, it *item) error {
-		created, err := uploadItem(ctx, up.Bucket, it, meter, &bufs[w])
+		created, err := uploadItem(ctx, up.Bucket, it, look, meter)
 		if err != nil {
 			return err
 		}
@@ -436,14 +435,72 @@ func uploadAll(ctx context.Context, up Uploader, items []*item, n int, progress 
 	return nil
 }
 
-// uploadItem puts the item's bytes unless the bucket holds its key.
-func uploadItem(ctx context.Context, b Blobs, it *item, meter *meter, buf *[]byte) (bool, error) {
+// lookup decides, file by file, whether a capture heads a key before it
+// puts the bytes, from what the recent lookups found (Options.PutFirstMax).
+type lookup struct {
+	max int64 // the largest file put first; -1: none
+
+	mu      sync.Mutex
+	recent  [32]bool // whether each of the last lookups found the key absent
+	n, next int      // lookups in recent; the slot of the next
+	absent  int      // of those, found absent
+}
+
+func newLookup(b Blobs, max int64) *lookup {
+	switch {
+	case max < 0 || !bucket.PutsFindExisting(b):
+		max = -1
+	case max == 0:
+		max = DefaultPutFirstMax
+	}
+	return &lookup{max: max}
+}
+
+// headFirst reports whether a file of size bytes is to be headed first:
+// it is when it is too large to be put first or when no more than half of
+// the recent lookups found their key absent (so the first lookups head).
+func (l *lookup) headFirst(size int64) bool {
+	if size > l.max {
+		return true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return 2*l.absent <= l.n
+}
+
+// found records what a lookup, by head or by a put, found.
+func (l *lookup) found(absent bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n == len(l.recent) {
+		if l.recent[l.next] {
+			l.absent--
+		}
+	} else {
+		l.n++
+	}
+	l.recent[l.next] = absent
+	if absent {
+		l.absent++
+	}
+	l.next = (l.next + 1) % len(l.recent)
+}
+
+// uploadItem puts the item's bytes unless the bucket holds its key, heading
+// the key first when look says so.
+func uploadItem(ctx context.Context, b Blobs, it *item, look *lookup, meter *meter) (bool, error) {
 	key := it.key
-	if _, err := b.Head(ctx, key); err == nil {
-		meter.file(it.size)
-		return false, nil
-	} else if !errors.Is(err, bucket.ErrNotFound) {
-		return false, err
+	headed := look.headFirst(it.size)
+	if headed {
+		_, err := b.Head(ctx, key)
+		if err == nil {
+			look.found(false)
+			meter.file(it.size)
+			return false, nil
+		} else if !errors.Is(err, bucket.ErrNotFound) {
+			return false, err
+		}
+		look.found(true)
 	}
 	f, err := it.open()
 	if err != nil {
@@ -466,6 +523,9 @@ func uploadItem(ctx context.Context, b Blobs, it *item, meter *meter, buf *[]byt
 	}
 	if err != nil {
 		return false, err
+	}
+	if !headed {
+		look.found(created)
 	}
 	meter.file(it.size - vr.counted)
 	return created, nil

@@ -3,10 +3,12 @@ package snapshot_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -477,5 +479,89 @@ func TestRoundTripWithoutStreams(t *testing.T) {
 	}
 	if _, err := snapshot.Restore(ctx, b, &cairn.Checkpoint{Files: m.Files}, filepath.Join(t.TempDir(), "x"), nil); !errors.Is(err, snapshot.ErrInvalidBlob) {
 		t.Fatalf("restore of a corrupt blob: %v, want ErrInvalidBlob", err)
+	}
+}
+
+// TestCapturePutsNewContentFirst: on a bucket whose put finds existing keys,
+// a cold capture heads only until its lookups find new content, and files
+// above PutFirstMax are always headed; an unchanged re-capture heads every
+// key and sends no bytes.
+func TestCapturePutsNewContentFirst(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	dir := t.TempDir()
+	tree := map[string]string{"big": strings.Repeat("x", 64)}
+	for i := range 20 {
+		tree[fmt.Sprintf("f%02d", i)] = fmt.Sprintf("file %d", i)
+	}
+	treetest.Write(t, dir, tree)
+	var mu sync.Mutex
+	var heads []string
+	hb := &hookBucket{streamBlobs: e.blobs, onHead: func(key string) {
+		mu.Lock()
+		defer mu.Unlock()
+		heads = append(heads, key)
+	}}
+	up := e.uploader(t, "t")
+	up.Bucket = putFirstBucket{hb}
+	opts := &snapshot.Options{Concurrency: 1, PutFirstMax: 32}
+	cold, err := snapshot.CaptureDir(ctx, dir, nil, up, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bigKey := bucket.FileKey([]byte(tree["big"]))
+	if cold.Stats.Uploaded != 21 || hb.putCount() != 21 {
+		t.Fatalf("cold capture: %+v, %d puts; want 21 uploads", cold.Stats, hb.putCount())
+	}
+	if len(heads) != 2 || !slices.Contains(heads, bigKey) {
+		t.Fatalf("cold capture headed %q; want the first key and the big file's only", heads)
+	}
+	heads = nil
+	warm, err := snapshot.CaptureDir(ctx, dir, nil, up, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if warm.Stats.Uploaded != 0 || warm.Stats.Present != 21 || hb.putCount() != 21 || len(heads) != 21 {
+		t.Fatalf("re-capture: %+v, %d heads, %d puts in all; want 21 heads and no put", warm.Stats, len(heads), hb.putCount())
+	}
+}
+
+// TestCaptureDetectsChangeWhenPuttingFirst: a file that changes after it was
+// hashed and before a put that no head preceded fails the capture, naming
+// it, and the bucket holds neither version.
+func TestCaptureDetectsChangeWhenPuttingFirst(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	dir := t.TempDir()
+	tree := map[string]string{"a.txt": "before"}
+	for i := range 10 {
+		tree[fmt.Sprintf("f%d", i)] = fmt.Sprintf("f%d", i)
+	}
+	treetest.Write(t, dir, tree)
+	changedKey := bucket.FileKey([]byte("before"))
+	var headed bool
+	hb := &hookBucket{streamBlobs: e.blobs}
+	hb.onHead = func(key string) { headed = headed || key == changedKey }
+	hb.onPut = func(key string) {
+		if key == changedKey {
+			if err := os.WriteFile(filepath.Join(dir, "a.txt"), []byte("after!"), 0o644); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	up := e.uploader(t, "t")
+	up.Bucket = putFirstBucket{hb}
+	_, err := snapshot.CaptureDir(ctx, dir, nil, up, &snapshot.Options{Concurrency: 1})
+	var se *snapshot.Error
+	if !errors.Is(err, snapshot.ErrFileChanged) || !errors.As(err, &se) || se.Path != "a.txt" {
+		t.Fatalf("error %v, want ErrFileChanged naming a.txt", err)
+	}
+	if headed {
+		t.Fatal("the changed file's key was headed: the test did not reach a put made first")
+	}
+	for _, k := range []string{changedKey, bucket.FileKey([]byte("after!"))} {
+		if _, err := e.blobs.Head(ctx, k); !errors.Is(err, bucket.ErrNotFound) {
+			t.Fatalf("the bucket holds %s after the changed upload (err %v)", k, err)
+		}
 	}
 }

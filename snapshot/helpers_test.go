@@ -68,14 +68,23 @@ type streamBlobs interface {
 	bucket.StreamReader
 }
 
-// hookBucket wraps a bucket: it runs onHead before each Head and counts
-// streamed puts.
+// hookBucket wraps a bucket: it runs onHead before each Head and onPut
+// before each streamed put, and counts streamed puts. Being a wrapper, it is
+// taken to head in its put (bucket.PutsFindExisting), so a capture heads
+// every key first; putFirstBucket is the same wrapper without that.
 type hookBucket struct {
 	streamBlobs
 	onHead func(key string)
+	onPut  func(key string)
 	mu     sync.Mutex
 	puts   int
 }
+
+// putFirstBucket is a hookBucket whose put finds existing keys itself, as
+// a conditional put does.
+type putFirstBucket struct{ *hookBucket }
+
+func (putFirstBucket) PutMode() bucket.PutMode { return bucket.PutModeConditional }
 
 func (h *hookBucket) Head(ctx context.Context, key string) (bucket.Object, error) {
 	if h.onHead != nil {
@@ -88,6 +97,9 @@ func (h *hookBucket) PutIfAbsentFrom(ctx context.Context, key string, body io.Re
 	h.mu.Lock()
 	h.puts++
 	h.mu.Unlock()
+	if h.onPut != nil {
+		h.onPut(key)
+	}
 	return h.streamBlobs.PutIfAbsentFrom(ctx, key, body, size)
 }
 

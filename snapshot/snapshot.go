@@ -16,6 +16,11 @@ import (
 // requests for long on a small machine.
 const DefaultConcurrency = 16
 
+// DefaultPutFirstMax is the largest file a capture puts without looking for
+// its key first, when Options.PutFirstMax is 0: sending a mebibyte that
+// the bucket turns out to hold costs about what a round trip does.
+const DefaultPutFirstMax = 1 << 20
+
 // DefaultExcludes are the path segments a capture leaves out at any depth,
 // as upstream's default policy does: a segment equal to .git or node_modules,
 // or starting with .env.
@@ -48,6 +53,17 @@ type Options struct {
 	// Concurrency bounds the files hashed, uploaded or downloaded at once;
 	// 0 selects DefaultConcurrency.
 	Concurrency int
+	// PutFirstMax bounds the files a capture may put without looking for
+	// their key first. A key the parent does not reference costs either a
+	// HeadObject and, when the bucket lacks it, a PutObject; or one
+	// conditional PutObject, which sends the bytes even when the bucket holds
+	// them. A capture heads first while most of its recent lookups found
+	// their key present (a re-capture, content another thread stored), and
+	// puts first, files of at most PutFirstMax bytes on a bucket whose put
+	// finds an existing key itself (bucket.PutsFindExisting), while most
+	// found it absent (new content). 0 selects DefaultPutFirstMax; a
+	// negative value makes every lookup a head.
+	PutFirstMax int64
 	// StatCache, when not "", is the path of a local file that remembers the
 	// digest of each captured file by its path, size, mtime, ctime and inode,
 	// like git's index: a later capture of the same directory hashes only the
@@ -154,8 +170,8 @@ type CaptureStats struct {
 	HashedBytes int64
 	// Uploaded and UploadedBytes count the distinct blobs the bucket lacked
 	// and the capture stored; Present counts those it already held, found
-	// with a HeadObject, and Inherited those the parent references, which
-	// cost no request.
+	// by a HeadObject or refused by a conditional put (Options.PutFirstMax),
+	// and Inherited those the parent references, which cost no request.
 	Uploaded      int
 	UploadedBytes int64
 	Present       int

@@ -11,8 +11,8 @@ import (
 )
 
 // b7 measures a cold capture of a generated workspace into versitygw
-// (snapshot.CaptureDir: hash, claim every key in etcd, Head, streamed
-// PutObject) against the bare SDK putting the same files at the same
+// (snapshot.CaptureDir: hash, claim every key in etcd, streamed conditional
+// PutObject, headed first only where a head pays) against the bare SDK putting the same files at the same
 // concurrency.
 func (r *runner) b7(ctx context.Context) ([]Row, error) {
 	e, err := r.snapEnv(ctx, "b7")
@@ -57,7 +57,7 @@ func (r *runner) b7(ctx context.Context) ([]Row, error) {
 		Target:   "ratio ≤ 1.15",
 		Result:   verdict(ratio <= 1.15),
 		Notes: []string{
-			fmt.Sprintf("snapshot.CaptureDir with the etcd store as the claimer and bucket.S3: every file hashed, every key claimed in etcd, one HeadObject and one streamed PutObject (signed with the known SHA-256, so the SDK does not read the file again to sign it) per file, %d at a time; the baseline is the bare aws-sdk-go-v2 client doing PutObject of each file from disk, %d at a time. The bucket is emptied, untimed, after each round; the peak heap is the highest heap above the start during a capture.",
+			fmt.Sprintf("snapshot.CaptureDir with the etcd store as the claimer and bucket.S3: every file hashed, every key claimed in etcd, then per file a streamed conditional PutObject (signed with the known SHA-256, so the SDK does not read the file again to sign it), preceded by a HeadObject for the files above snapshot.DefaultPutFirstMax and while the recent lookups found their keys present (the first ones), %d at a time; the baseline is the bare aws-sdk-go-v2 client doing PutObject of each file from disk, %d at a time. The bucket is emptied, untimed, after each round; the peak heap is the highest heap above the start during a capture.",
 				snapshot.DefaultConcurrency, snapshot.DefaultConcurrency),
 		},
 	}}, nil
