@@ -384,7 +384,8 @@ func hashItem(ctx context.Context, it *item, buf []byte, meter *meter) (int64, e
 func sameContent(a, b fileStat) bool { return a.Size == b.Size && a.Mtime == b.Mtime }
 
 // uploadAll claims every distinct key for the writer that the parent does
-// not reference, then uploads each one the bucket lacks.
+// not reference and uploads each one the bucket lacks, a key only after its
+// claim.
 func uploadAll(ctx context.Context, up Uploader, items []*item, n int, look *lookup, progress func(Progress), stats *CaptureStats) error {
 	todo := slices.Clone(items)
 	slices.SortFunc(todo, func(a, b *item) int { return strings.Compare(a.key, b.key) })
@@ -400,20 +401,16 @@ func uploadAll(ctx context.Context, up Uploader, items []*item, n int, look *loo
 			return ok
 		})
 	}
-	keys := make([]string, len(todo))
 	var total int64
-	for i, it := range todo {
-		keys[i] = it.key
+	for _, it := range todo {
 		total += it.size
-	}
-	// Claimed before the bucket is consulted: from here on a sweep cannot
-	// delete what this capture finds there (docs/design.md).
-	if err := bucket.ClaimKeys(ctx, up.Claimer, up.Writer, keys); err != nil {
-		return err
 	}
 	meter := newMeter(progress, PhaseUpload, len(todo), total)
 	var mu sync.Mutex
-	err := forEach(ctx, n, todo, func(ctx context.Context, w int, it *item) error {
+	feed := func(ctx context.Context, send func(*item) bool) error {
+		return claimAhead(ctx, up, todo, send)
+	}
+	err := forEachFed(ctx, min(n, len(todo)), feed, func(ctx context.Context, w int, it *item) error {
 		created, err := uploadItem(ctx, up.Bucket, it, look, meter)
 		if err != nil {
 			return err
@@ -433,6 +430,64 @@ func uploadAll(ctx context.Context, up Uploader, items []*item, n int, look *loo
 	}
 	meter.finish()
 	return nil
+}
+
+// Claim batches: the first is small, so that uploads start soon; each
+// next one twice as large, up to claimBatchMax.
+const (
+	claimBatchFirst = 60
+	claimBatchMax   = 960
+)
+
+// claimAhead claims the keys of todo for the writer, in batches, and sends
+// the items of each batch on once it is claimed: claimed before the bucket
+// is consulted, so a sweep cannot delete what the capture finds there
+// (docs/design.md). The next batch is claimed while the items of the one
+// before are uploaded. It returns the first error of a claim.
+func claimAhead(ctx context.Context, up Uploader, todo []*item, send func(*item) bool) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	claimed := make(chan []*item, 1)
+	errc := make(chan error, 1)
+	go func() {
+		defer close(claimed)
+		size := claimBatchFirst
+		for rest := todo; len(rest) > 0; size = min(2*size, claimBatchMax) {
+			batch := rest[:min(size, len(rest))]
+			rest = rest[len(batch):]
+			keys := make([]string, len(batch))
+			for i, it := range batch {
+				keys[i] = it.key
+			}
+			if err := bucket.ClaimKeys(ctx, up.Claimer, up.Writer, keys); err != nil {
+				errc <- err
+				return
+			}
+			select {
+			case claimed <- batch:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	defer func() {
+		cancel()
+		for range claimed {
+		}
+	}()
+	for batch := range claimed {
+		for _, it := range batch {
+			if !send(it) {
+				return nil
+			}
+		}
+	}
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
 }
 
 // lookup decides, file by file, whether a capture heads a key before it

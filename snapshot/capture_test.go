@@ -565,3 +565,61 @@ func TestCaptureDetectsChangeWhenPuttingFirst(t *testing.T) {
 		}
 	}
 }
+
+// TestCaptureClaimsEachKeyBeforeTheBucket: with claims made in batches
+// ahead of the uploads, no key is looked up or put before its claim, over
+// more keys than one batch holds, on both lookup paths.
+func TestCaptureClaimsEachKeyBeforeTheBucket(t *testing.T) {
+	for _, putFirst := range []bool{false, true} {
+		t.Run(fmt.Sprintf("putFirst=%v", putFirst), func(t *testing.T) {
+			ctx := context.Background()
+			e := newEnv(t)
+			dir := t.TempDir()
+			tree := map[string]string{}
+			for i := range 500 {
+				tree[fmt.Sprintf("d%d/f%03d", i%7, i)] = fmt.Sprintf("content %d", i)
+			}
+			treetest.Write(t, dir, tree)
+			var mu sync.Mutex
+			var unclaimed []string
+			check := func(key string) {
+				view, err := e.store.ReadBlobGC(ctx, func(cairn.BlobReference) error { return nil })
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil || !view.IsClaimed(key) {
+					unclaimed = append(unclaimed, key)
+				}
+			}
+			hb := &hookBucket{streamBlobs: e.blobs, onHead: check, onPut: check}
+			up := e.uploader(t, "t")
+			up.Bucket = hb
+			if putFirst {
+				up.Bucket = putFirstBucket{hb}
+			}
+			// Slow claims: a key sent to the bucket before its claim has
+			// landed is then seen unclaimed.
+			up.Claimer = slowClaimer{up.Claimer, 20 * time.Millisecond}
+			m, err := snapshot.CaptureDir(ctx, dir, nil, up, &snapshot.Options{Concurrency: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.Stats.Uploaded != 500 {
+				t.Fatalf("stats %+v, want 500 uploads", m.Stats)
+			}
+			if len(unclaimed) > 0 {
+				t.Fatalf("%d keys reached the bucket unclaimed, e.g. %s", len(unclaimed), unclaimed[0])
+			}
+		})
+	}
+}
+
+// slowClaimer delays every ClaimBlobs by delay before it claims.
+type slowClaimer struct {
+	cairn.BlobClaimer
+	delay time.Duration
+}
+
+func (s slowClaimer) ClaimBlobs(ctx context.Context, w cairn.Writer, keys []string) ([]string, error) {
+	time.Sleep(s.delay)
+	return s.BlobClaimer.ClaimBlobs(ctx, w, keys)
+}
