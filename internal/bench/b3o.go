@@ -15,7 +15,7 @@ const (
 	b3oV1Prefix = "/cairn-bench/b3o-v1/"
 	// b3oObjectParallel is the store's bound on object puts in flight
 	// (etcdstore's objectParallel), for the notes.
-	b3oObjectParallel = 8
+	b3oObjectParallel = 32
 )
 
 // b3oSide is one layout's figures of B3O.
