@@ -58,10 +58,14 @@ type ObjectStore interface {
 	bucket.Putter
 }
 
-// objectsOf returns the version-2 form of w: its record keeps only the
-// header fields, its one reference record names the root.
+// writeRootVersion is the version of the roots appends write: objRootTree;
+// tests set objVersion to write what stores wrote before it.
+var writeRootVersion byte = objRootTree
+
+// toObjects makes w the version-2 form of its checkpoint: its record keeps
+// only the header fields, its one reference record names the root.
 func (w *newCheckpoint) toObjects() error {
-	root, objs, refs, err := splitCheckpointBody(w.c)
+	root, objs, refs, err := splitCheckpointBodyAt(w.c, writeRootVersion)
 	if err != nil {
 		return err
 	}
@@ -82,6 +86,11 @@ func (w *newCheckpoint) setRoot(root keys.Digest) {
 	w.mask = 1 << keys.RootShard
 	w.root = &root
 }
+
+// HasObjects reports whether the store has a bucket for body objects
+// (Options.Objects): whether it reads and writes the capacity layout, and
+// whether Verify can check that layout's objects (VerifyOptions.Objects).
+func (s *Store) HasObjects() bool { return s.objects != nil }
 
 // useObjects reports whether a checkpoint whose version-1 body has n bytes
 // goes to the capacity layout.
