@@ -63,9 +63,23 @@ type ObjectStore interface {
 var writeRootVersion byte = objRootTree
 
 // toObjects makes w the version-2 form of its checkpoint: its record keeps
-// only the header fields, its one reference record names the root.
-func (w *newCheckpoint) toObjects() error {
-	root, objs, refs, err := splitCheckpointBodyAt(w.c, writeRootVersion)
+// only the header fields, its one reference record names the root. The
+// split starts from the memo of the thread's last split in memos, and
+// leaves its own there.
+func (w *newCheckpoint) toObjects(memos *splitMemos) error {
+	var root object
+	var objs []object
+	var refs []refChunk
+	var err error
+	if writeRootVersion == objRootTree {
+		var memo *splitMemo
+		root, objs, refs, memo, err = splitTree(w.c, memos.get(w.c.ThreadID))
+		if err == nil {
+			memos.put(w.c.ThreadID, memo)
+		}
+	} else {
+		root, objs, refs, err = splitCheckpointBodyAt(w.c, writeRootVersion)
+	}
 	if err != nil {
 		return err
 	}
@@ -361,6 +375,8 @@ func (c *objCache) put(d keys.Digest, b []byte) {
 type headObjects struct {
 	mu sync.Mutex
 	m  map[string]headSet
+	// memos are the threads' last splits (splitmemo.go).
+	memos splitMemos
 }
 
 type headSet struct {

@@ -290,26 +290,18 @@ func splitCheckpointBody(c *cairn.Checkpoint) (root object, objs []object, refs 
 }
 
 // splitCheckpointBodyAt is splitCheckpointBody with a root of the given
-// version: objRootTree, or objVersion (reference chunks in key order, as
-// written before version 2).
+// version: objRootTree (splitTree), or objVersion (reference chunks in key
+// order, as written before version 2).
 func splitCheckpointBodyAt(c *cairn.Checkpoint, version byte) (root object, objs []object, refs []refChunk, err error) {
-	r := objRoot{version: version}
-	var leafEnds []int
-	start := 0
-	for i := range c.Files {
-		if i == len(c.Files)-1 || i+1-start == objLeafMax || objLeafCut(c.Files[i].Path) {
-			leafEnds = append(leafEnds, i+1)
-			start = i + 1
-		}
-	}
 	if version == objRootTree {
-		refs, err = splitTreeRefChunks(c, leafEnds)
-	} else {
-		refs, err = splitRefChunks(c)
+		root, objs, refs, _, err = splitTree(c, nil)
+		return root, objs, refs, err
 	}
+	refs, err = splitRefChunks(c)
 	if err != nil {
 		return object{}, nil, nil, err
 	}
+	r := objRoot{version: version}
 	seen := make(map[keys.Digest]bool)
 	add := func(data []byte) keys.Digest {
 		o := objNewObject(data)
@@ -319,10 +311,12 @@ func splitCheckpointBodyAt(c *cairn.Checkpoint, version byte) (root object, objs
 		}
 		return o.digest
 	}
-	start = 0
-	for _, end := range leafEnds {
-		r.leaves = append(r.leaves, objPart{add(objEncodeLeaf(c.Files[start:end])), end - start})
-		start = end
+	start := 0
+	for i := range c.Files {
+		if i == len(c.Files)-1 || i+1-start == objLeafMax || objLeafCut(c.Files[i].Path) {
+			r.leaves = append(r.leaves, objPart{add(objEncodeLeaf(c.Files[start : i+1])), i + 1 - start})
+			start = i + 1
+		}
 	}
 	if c.Conversation != nil {
 		r.convPresent = true
@@ -367,54 +361,6 @@ func splitRefChunks(c *cairn.Checkpoint) ([]refChunk, error) {
 	}
 	slices.SortFunc(ks, objSortKey.compare)
 	return objCutRefChunks(nil, slices.Compact(ks)), nil
-}
-
-// splitTreeRefChunks cuts the distinct blob keys of c into the reference
-// chunks of a version-2 root: for each leaf (leafEnds are the ends of the
-// leaves in c.Files), one chunk of the sorted keys of its file entries that
-// no earlier leaf holds, if there are any; then the artifact keys that no
-// leaf holds, sorted and cut as splitRefChunks cuts. Each key is in exactly
-// one chunk, and a leaf's chunk depends on the leaf and the keys of the
-// leaves before it alone, so a change in a few leaves rewrites about as
-// many chunks.
-func splitTreeRefChunks(c *cairn.Checkpoint, leafEnds []int) ([]refChunk, error) {
-	seen := make(map[objSortKey]struct{}, len(c.Files))
-	var out []refChunk
-	var ks []objSortKey
-	start := 0
-	for _, end := range leafEnds {
-		ks = ks[:0]
-		for i := start; i < end; i++ {
-			if c.Files[i].Kind != cairn.KindFile {
-				continue
-			}
-			k, err := objSortKeyOf(c.Files[i].BlobKey)
-			if err != nil {
-				return nil, err
-			}
-			if _, ok := seen[k]; !ok {
-				seen[k] = struct{}{}
-				ks = append(ks, k)
-			}
-		}
-		start = end
-		if len(ks) > 0 {
-			slices.SortFunc(ks, objSortKey.compare)
-			out = append(out, refChunk{objEncodeRefChunk(ks), len(ks)})
-		}
-	}
-	ks = ks[:0]
-	for i := range c.Artifacts {
-		k, err := objSortKeyOf(c.Artifacts[i].BlobKey)
-		if err != nil {
-			return nil, err
-		}
-		if _, ok := seen[k]; !ok {
-			ks = append(ks, k)
-		}
-	}
-	slices.SortFunc(ks, objSortKey.compare)
-	return objCutRefChunks(out, slices.Compact(ks)), nil
 }
 
 // objCutRefChunks appends to out the reference chunks of ks (sorted,
