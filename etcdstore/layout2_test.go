@@ -674,3 +674,76 @@ func TestObjectsRootVersions(t *testing.T) {
 		sameCheckpoint(t, "after the sweep", got, c)
 	}
 }
+
+// TestObjectsPutWaitsForADeletingObject: an object whose key a sweep is
+// deleting is neither put nor relied on while the delete may land; the
+// append puts the other objects (their claims committed), waits until the
+// record settles, claims the key again, puts it, and appends.
+func TestObjectsPutWaitsForADeletingObject(t *testing.T) {
+	e := newV2Env(t)
+	objs := &countingObjects{ObjectStore: e.mem, puts: map[string]int{}}
+	s, err := New(e.cli, e.prefix, Options{Objects: objs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	w := e.writer(s, "a")
+	c := capacityTurn("a", 1, 1000, 8000)
+	root, os, rcs, err := splitCheckpointBody(&c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := len(os) + len(rcs) + 1
+	busy := keys.Blob{NS: keys.NSObject, Digest: root.digest}
+	rec := string(s.layout.GCRecord(busy))
+	if _, err := e.cli.Put(e.ctx, rec, gcValue(gcDeletingByte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Append(e.ctx, cairn.AppendInput{Checkpoint: c, Writer: w})
+		done <- err
+	}()
+	// Wait (polling, no timing assumed) until every other object was put.
+	for {
+		objs.mu.Lock()
+		n := len(objs.puts)
+		objs.mu.Unlock()
+		if n >= want-1 {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the append ended (%v) while a key it needs was deleting", err)
+		case <-e.ctx.Done():
+			t.Fatalf("only %d of %d objects put", n, want-1)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	objs.mu.Lock()
+	rootPuts := objs.puts[root.key]
+	objs.mu.Unlock()
+	if rootPuts != 0 {
+		t.Fatal("the root was put while its key was deleting")
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the append ended (%v) while a key it needs was deleting", err)
+	default:
+	}
+	// The sweep settles its delete: the record goes.
+	if _, err := e.cli.Delete(e.ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := objs.take(); len(got) != want || got[root.key] != 1 {
+		t.Fatalf("%d objects put (root %d times), want %d", len(got), got[root.key], want)
+	}
+	got, err := e.store(true, 0).Get(e.ctx, c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameCheckpoint(t, "after the wait", got, c)
+}
