@@ -177,3 +177,61 @@ func BenchmarkSplitTree(b *testing.B) {
 		})
 	}
 }
+
+// The split of a checkpoint with the memo of any other checkpoint's split is
+// the split without a memo. The second checkpoint is the first edited by
+// the fuzzer's ops: each op byte picks an entry and what to do to it.
+func FuzzSplitMemo(f *testing.F) {
+	f.Add("src/a", uint16(600), uint8(255), []byte{0, 1, 2, 3, 4, 5, 250, 9})
+	f.Add("", uint16(1200), uint8(3), []byte{7, 7, 7})
+	f.Add("x", uint16(40), uint8(0), []byte{})
+	f.Add("", uint16(600), uint8(0xa1), []byte("0")) // a directory's empty key copied to a file
+	f.Fuzz(func(t *testing.T, path string, n uint16, mod uint8, ops []byte) {
+		a := objFuzzCheckpoint(path, n, mod, nil, true, "", 2)
+		_, _, _, memo, err := splitTree(&a, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := a.Clone()
+		for k, op := range ops {
+			if len(b.Files) == 0 {
+				b.Files = append(b.Files, cairn.Entry{Path: path, Kind: cairn.KindFile, BlobKey: objTestFileKey(path)})
+				continue
+			}
+			i := (int(op) * 131 * (k + 1)) % len(b.Files)
+			switch op % 5 {
+			case 0:
+				b.Files[i].BlobKey = objTestFileKey(fmt.Sprint("op", k))
+			case 1:
+				b.Files[i].Size++
+			case 2:
+				b.Files = slices.Delete(b.Files, i, i+1)
+			case 3:
+				b.Files = slices.Insert(b.Files, i, cairn.Entry{Path: fmt.Sprint(path, "+", k), Kind: cairn.KindFile, BlobKey: b.Files[len(b.Files)-1-i].BlobKey})
+			case 4:
+				b.Files[i].BlobKey = b.Files[len(b.Files)-1-i].BlobKey
+			}
+		}
+		root, objs, refs, _, err := splitTree(&b, memo)
+		wroot, wobjs, wrefs, _, werr := splitTree(&b, nil)
+		if (err == nil) != (werr == nil) {
+			t.Fatalf("with the memo: %v; without: %v", err, werr)
+		}
+		if err != nil {
+			return // a key of neither namespace (copied from a directory entry)
+		}
+		if !bytes.Equal(root.data, wroot.data) || len(objs) != len(wobjs) || len(refs) != len(wrefs) {
+			t.Fatalf("the split with the memo differs")
+		}
+		for i := range objs {
+			if !bytes.Equal(objs[i].data, wobjs[i].data) {
+				t.Fatalf("object %d differs", i)
+			}
+		}
+		for i := range refs {
+			if !bytes.Equal(refs[i].data, wrefs[i].data) || refs[i].n != wrefs[i].n {
+				t.Fatalf("reference chunk %d differs", i)
+			}
+		}
+	})
+}
