@@ -40,7 +40,9 @@ type memoLeaf struct {
 }
 
 // splitMemoFiles bounds the entries the memos of a store describe together
-// (about 180 bytes each: the leaf bytes, the chunk, the offsets).
+// (about 180 bytes each: the leaf bytes, the chunk, the offsets, so about 23
+// MiB). The memo of a checkpoint of more than half as many entries is not
+// kept; when a memo would pass the bound, the others are dropped.
 const splitMemoFiles = 1 << 17
 
 // splitMemos are a store's memos by thread.
