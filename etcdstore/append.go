@@ -55,7 +55,7 @@ func (s *Store) Append(ctx context.Context, in cairn.AppendInput) (cairn.AppendR
 		// parent, when this store appended it and the thread has not
 		// changed since, are inherited: the append compares the thread
 		// record, so they are referenced without a gap (see inherited).
-		if err := w.toObjects(); err != nil {
+		if err := w.toObjects(&s.heads.memos); err != nil {
 			return cairn.AppendResult{}, cairn.NewError(cairn.CodeInvalidEntry, "checkpoint %q: %v", in.Checkpoint.ID, err)
 		}
 		var fresh []object

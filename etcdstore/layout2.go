@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/cairnstore/cairn"
@@ -40,8 +42,10 @@ const (
 	layoutObjects = 2
 	// defaultInlineLimit is the default of Options.InlineLimit.
 	defaultInlineLimit = 64 << 10
-	// objectParallel bounds the object puts and gets one call sends at once.
-	objectParallel = 8
+	// objectParallel bounds the object puts and gets one call sends at once:
+	// they are independent, and what limits them is the bucket's latency
+	// (tens of milliseconds a request on R2), not bandwidth.
+	objectParallel = 32
 	// objectCacheBytes bounds the cache of decoded objects.
 	objectCacheBytes = 32 << 20
 )
@@ -54,10 +58,28 @@ type ObjectStore interface {
 	bucket.Putter
 }
 
-// objectsOf returns the version-2 form of w: its record keeps only the
-// header fields, its one reference record names the root.
-func (w *newCheckpoint) toObjects() error {
-	root, objs, refs, err := splitCheckpointBody(w.c)
+// writeRootVersion is the version of the roots appends write: objRootTree;
+// tests set objVersion to write what stores wrote before it.
+var writeRootVersion byte = objRootTree
+
+// toObjects makes w the version-2 form of its checkpoint: its record keeps
+// only the header fields, its one reference record names the root. The
+// split starts from the memo of the thread's last split in memos, and
+// leaves its own there.
+func (w *newCheckpoint) toObjects(memos *splitMemos) error {
+	var root object
+	var objs []object
+	var refs []refChunk
+	var err error
+	if writeRootVersion == objRootTree {
+		var memo *splitMemo
+		root, objs, refs, memo, err = splitTree(w.c, memos.get(w.c.ThreadID))
+		if err == nil {
+			memos.put(w.c.ThreadID, memo)
+		}
+	} else {
+		root, objs, refs, err = splitCheckpointBodyAt(w.c, writeRootVersion)
+	}
 	if err != nil {
 		return err
 	}
@@ -79,38 +101,122 @@ func (w *newCheckpoint) setRoot(root keys.Digest) {
 	w.root = &root
 }
 
+// HasObjects reports whether the store has a bucket for body objects
+// (Options.Objects): whether it reads and writes the capacity layout, and
+// whether Verify can check that layout's objects (VerifyOptions.Objects).
+func (s *Store) HasObjects() bool { return s.objects != nil }
+
 // useObjects reports whether a checkpoint whose version-1 body has n bytes
 // goes to the capacity layout.
 func (s *Store) useObjects(n int) bool { return s.objects != nil && n > s.inlineLimit }
 
-// putObjects claims the keys of objs for the writer lease w, waits for and
-// claims again the keys a sweep is deleting, then puts the objects the bucket
-// lacks, objectParallel at a time.
+// putObjects claims the keys of objs for the writer lease w and puts the
+// objects, objectParallel at a time. The claims go in batches, claimParallel
+// at a time, and the puts of a batch's objects start as soon as that batch's
+// claim has committed, while later batches are still being claimed: no
+// object is put (the bucket consulted for its key) before its claim is
+// committed. Keys a sweep is deleting are waited for and claimed again, then
+// put.
 func (s *Store) putObjects(ctx context.Context, w cairn.Writer, objs []object) error {
+	if len(objs) == 0 {
+		_, err := s.claim(ctx, w, nil)
+		return err
+	}
+	byDigest := make(map[keys.Digest]int, len(objs))
 	blobs := make([]keys.Blob, 0, len(objs))
-	for _, o := range objs {
+	for i, o := range objs {
+		byDigest[o.digest] = i
 		blobs = append(blobs, keys.Blob{NS: keys.NSObject, Digest: o.digest})
 	}
 	blobs = sortedBlobs(blobs)
-	for {
-		busy, err := s.claim(ctx, w, blobs)
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ready := make(chan int, len(objs))
+	var (
+		mu     sync.Mutex
+		putErr error
+		wg     sync.WaitGroup
+	)
+	for range min(objectParallel, len(objs)) {
+		wg.Go(func() {
+			for i := range ready {
+				if pctx.Err() != nil {
+					continue
+				}
+				if _, err := s.objects.PutIfAbsent(pctx, objs[i].key, objs[i].data); err != nil {
+					mu.Lock()
+					if putErr == nil {
+						putErr = fmt.Errorf("etcdstore: put body object %s: %w", objs[i].key, err)
+					}
+					mu.Unlock()
+					cancel()
+				}
+			}
+		})
+	}
+	claimErr := s.claimThen(pctx, w, blobs, func(claimed []keys.Blob) {
+		for _, b := range claimed {
+			ready <- byDigest[b.Digest]
+		}
+	})
+	close(ready)
+	wg.Wait()
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case claimErr != nil && (putErr == nil || !errors.Is(claimErr, context.Canceled)):
+		return claimErr
+	}
+	return putErr
+}
+
+// claimThen claims blobs (sorted, distinct) for w as claim does, and calls
+// claimed, possibly from several goroutines at once, with the blobs of each
+// batch whose claim has committed, as soon as it has. Busy blobs are waited
+// for and claimed again until every blob has been passed to claimed once.
+func (s *Store) claimThen(ctx context.Context, w cairn.Writer, blobs []keys.Blob, claimed func([]keys.Blob)) error {
+	lease, err := s.fences.Lease(ctx)
+	if err != nil {
+		return err
+	}
+	n := s.batchOf(claimBatch, 1, 3)
+	for len(blobs) > 0 {
+		var batches [][]keys.Blob
+		for i := 0; i < len(blobs); i += n {
+			batches = append(batches, blobs[i:min(i+n, len(blobs))])
+		}
+		busy := make([][]string, len(batches))
+		err := forEach(ctx, len(batches), claimParallel, func(ctx context.Context, i int) (err error) {
+			if busy[i], err = s.claimBatch(ctx, w, lease, batches[i]); err != nil {
+				return err
+			}
+			done := batches[i]
+			if len(busy[i]) > 0 {
+				done = slices.DeleteFunc(slices.Clone(done), func(b keys.Blob) bool { return slices.Contains(busy[i], b.Key()) })
+			}
+			claimed(done)
+			return nil
+		})
 		if err != nil {
+			if errors.Is(err, cairn.ErrWriterLost) {
+				s.deleteClaims(ctx, w)
+			}
 			return err
 		}
-		if len(busy) == 0 {
-			break
+		s.dropSuperseded(ctx, w.ThreadID, w.Fence)
+		var again []string
+		for _, b := range busy {
+			again = append(again, b...)
 		}
-		blobs = blobsOf(busy)
+		if len(again) == 0 {
+			return nil
+		}
+		blobs = blobsOf(again)
 		if err := s.waitBlobs(ctx, blobs); err != nil {
 			return err
 		}
 	}
-	return forEach(ctx, len(objs), objectParallel, func(ctx context.Context, i int) error {
-		if _, err := s.objects.PutIfAbsent(ctx, objs[i].key, objs[i].data); err != nil {
-			return fmt.Errorf("etcdstore: put body object %s: %w", objs[i].key, err)
-		}
-		return nil
-	})
+	return nil
 }
 
 // object returns the verified bytes of the object with digest d, from the
@@ -269,6 +375,8 @@ func (c *objCache) put(d keys.Digest, b []byte) {
 type headObjects struct {
 	mu sync.Mutex
 	m  map[string]headSet
+	// memos are the threads' last splits (splitmemo.go).
+	memos splitMemos
 }
 
 type headSet struct {

@@ -567,3 +567,183 @@ func TestObjectsInheritedFromParent(t *testing.T) {
 		t.Fatalf("Verify: %v %v", rep.Problems, err)
 	}
 }
+
+// TestObjectsRootVersions: a store whose checkpoints have roots of version 1
+// (reference chunks in key order, as written before version 2) and version 2
+// (in leaf order) reads both, counts both exactly, verifies both, and its
+// sweep keeps exactly the objects and blobs of the live checkpoints of both.
+func TestObjectsRootVersions(t *testing.T) {
+	e := newV2Env(t)
+	s := e.store(true, 0)
+	w := e.writer(s, "a")
+	var all []cairn.Checkpoint
+	versions := map[string]byte{}
+	for turn := 1; turn <= 6; turn++ {
+		version := byte(objRootTree)
+		if turn <= 3 {
+			version = objVersion
+		}
+		c := capacityTurn("a", turn, 1000, 8000)
+		writeRootVersion = version
+		e.append(s, w, c)
+		writeRootVersion = objRootTree
+		all = append(all, c)
+		versions[c.ID] = version
+	}
+	// A fork of a version-1 checkpoint shares its root.
+	fw := e.writer(s, "f")
+	fork, err := s.ForkFromCheckpoint(e.ctx, cairn.ForkInput{SourceThreadID: "a", SourceCheckpointID: "a-2",
+		DestinationThreadID: "f", DestinationCheckpointID: "f-root", CreatedAt: 5000, Writer: fw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Prune a-1: live are a-2 and a-3 (version 1), a-4 to a-6 (version 2)
+	// and f-root (a-2's root).
+	if _, err := s.DeleteCheckpoints(e.ctx, cairn.DeleteCheckpointsInput{ThreadID: "a", Keep: 5, Writer: w}); err != nil {
+		t.Fatal(err)
+	}
+	live := append(slices.Clone(all[1:]), *fork)
+	for _, c := range live {
+		got, err := e.store(true, 0).Get(e.ctx, c.ID) // a fresh cache: every object from the bucket
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameCheckpoint(t, "mixed root versions", got, c)
+		if c.ID == "f-root" {
+			continue
+		}
+		cc := c
+		root, _, _, err := splitCheckpointBodyAt(&cc, versions[c.ID])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.mem.Get(e.ctx, root.key); err != nil {
+			t.Fatalf("%s: no root of version %d in the bucket: %v", c.ID, versions[c.ID], err)
+		}
+	}
+	refs, err := s.ListBlobReferences(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := wantRefs(live...); !reflect.DeepEqual(refs, want) {
+		t.Fatalf("ListBlobReferences: %d references, want %d", len(refs), len(want))
+	}
+	rep, err := s.Verify(e.ctx, VerifyOptions{Objects: true})
+	if err != nil || !rep.OK() {
+		t.Fatalf("Verify: %v %v", rep.Problems, err)
+	}
+
+	wantLive := map[string]bool{}
+	for _, c := range all {
+		for _, k := range c.BlobKeys() {
+			e.mem.Put(e.ctx, k, []byte(k))
+		}
+	}
+	for _, c := range live {
+		for _, k := range c.BlobKeys() {
+			wantLive[k] = true
+		}
+		if c.ID == "f-root" {
+			continue
+		}
+		cc := c
+		root, objs, rcs, err := splitCheckpointBodyAt(&cc, versions[c.ID])
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantLive[root.key] = true
+		for _, o := range objs {
+			wantLive[o.key] = true
+		}
+		for _, rc := range rcs {
+			wantLive[rc.key] = true
+		}
+	}
+	time.Sleep(2 * time.Millisecond) // every upload strictly older than the sweep's now
+	if _, err := sweep.Sweep(e.ctx, s, e.mem, sweep.Options{OlderThan: 0}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := memKeysOf(t, e.mem, ""), slices.Sorted(maps.Keys(wantLive)); !slices.Equal(got, want) {
+		t.Fatalf("after the sweep the bucket holds %d keys, want %d", len(got), len(want))
+	}
+	for _, c := range live {
+		got, err := e.store(true, 0).Get(e.ctx, c.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameCheckpoint(t, "after the sweep", got, c)
+	}
+}
+
+// TestObjectsPutWaitsForADeletingObject: an object whose key a sweep is
+// deleting is neither put nor relied on while the delete may land; the
+// append puts the other objects (their claims committed), waits until the
+// record settles, claims the key again, puts it, and appends.
+func TestObjectsPutWaitsForADeletingObject(t *testing.T) {
+	e := newV2Env(t)
+	objs := &countingObjects{ObjectStore: e.mem, puts: map[string]int{}}
+	s, err := New(e.cli, e.prefix, Options{Objects: objs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	w := e.writer(s, "a")
+	c := capacityTurn("a", 1, 1000, 8000)
+	root, os, rcs, err := splitCheckpointBody(&c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := len(os) + len(rcs) + 1
+	busy := keys.Blob{NS: keys.NSObject, Digest: root.digest}
+	rec := string(s.layout.GCRecord(busy))
+	if _, err := e.cli.Put(e.ctx, rec, gcValue(gcDeletingByte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Append(e.ctx, cairn.AppendInput{Checkpoint: c, Writer: w})
+		done <- err
+	}()
+	// Wait (polling, no timing assumed) until every other object was put.
+	for {
+		objs.mu.Lock()
+		n := len(objs.puts)
+		objs.mu.Unlock()
+		if n >= want-1 {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the append ended (%v) while a key it needs was deleting", err)
+		case <-e.ctx.Done():
+			t.Fatalf("only %d of %d objects put", n, want-1)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	objs.mu.Lock()
+	rootPuts := objs.puts[root.key]
+	objs.mu.Unlock()
+	if rootPuts != 0 {
+		t.Fatal("the root was put while its key was deleting")
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the append ended (%v) while a key it needs was deleting", err)
+	default:
+	}
+	// The sweep settles its delete: the record goes.
+	if _, err := e.cli.Delete(e.ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := objs.take(); len(got) != want || got[root.key] != 1 {
+		t.Fatalf("%d objects put (root %d times), want %d", len(got), got[root.key], want)
+	}
+	got, err := e.store(true, 0).Get(e.ctx, c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameCheckpoint(t, "after the wait", got, c)
+}

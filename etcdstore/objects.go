@@ -29,10 +29,10 @@ import (
 // of the SHA-256 of its bytes, and it starts with a type byte and a version
 // byte. There are four types:
 //
-//	leaf                'L' 1  count  count × entry
-//	conversation chunk  'C' 1  bytes
-//	root                'R' 1  leaves  conversation  references  artifacts
-//	reference chunk     'K' 1  count  count × key33
+//	leaf                'L' 1    count  count × entry
+//	conversation chunk  'C' 1    bytes
+//	root                'R' 1|2  leaves  conversation  references  artifacts
+//	reference chunk     'K' 1    count  count × key33
 //
 // Integers are uvarints (sizes: varints) in their shortest form; strings are
 // a uvarint length and the bytes, kept byte for byte (invalid UTF-8 too). An
@@ -47,9 +47,27 @@ import (
 // count of chunks and per chunk its 32-byte digest and its uvarint length,
 // 1..65536; an empty conversation is present with no chunks), then the
 // reference chunks (uvarint count, then per chunk its 32-byte digest and its
-// uvarint key count, 1..512, in key order), then the artifacts inline (uvarint count, then the artifacts). It does not hold the
-// checkpoint's header (id, thread, parent, createdAt, reason, label, run), so
-// a fork and its source share the root.
+// uvarint key count, 1..512), then the artifacts inline (uvarint count, then
+// the artifacts). It does not hold the checkpoint's header (id, thread,
+// parent, createdAt, reason, label, run), so a fork and its source share the
+// root.
+//
+// The root's version says how its reference chunks divide the checkpoint's
+// distinct blob keys; in both, each key is in exactly one chunk:
+//
+//   - version 1 (key order): the keys sorted, cut where a key's digest says
+//     (objRefCut), the chunks in key order. A change of 1% of the keys of a
+//     large checkpoint touches about as many chunks as keys, because the
+//     changed keys are spread over the whole order.
+//   - version 2 (tree order, written since): one chunk per leaf that has
+//     keys of its own, in leaf order: the sorted distinct keys of the leaf's
+//     file entries that no earlier leaf holds; then the artifact keys that
+//     no leaf holds, sorted and cut as in version 1. A changed entry
+//     rewrites the chunk of its own leaf, and of the leaf that next holds a
+//     key it no longer does or no longer first.
+//
+// Readers accept both versions; a version-1 root stays valid as it was
+// written.
 //
 // A reference chunk holds blob keys in 33 bytes each: one namespace byte (0 for
 // sandbox-artifacts/sha256/, 1 for sandbox-files/sha256/) and the 32 digest
@@ -63,8 +81,8 @@ import (
 // Leaves hold the files in the order the checkpoint gives them (the contract
 // keeps that order, so they are not sorted by path), cut where a hash of the
 // path says (objLeafCut); conversation chunks are cut by a gear hash of the
-// bytes (objConvCut); reference chunks hold the checkpoint's distinct blob
-// keys sorted, cut where a key's digest says (objRefCut). These cut rules are
+// bytes (objConvCut); reference chunks follow the root's version. These cut
+// rules are
 // part of the format: two writers of the same body produce the same objects, which is what
 // lets checkpoints share them. Readers do not check where the cuts fall: the
 // digests already make a read return exactly what was split.
@@ -74,7 +92,10 @@ const objPrefix = "sandbox-meta/sha256/"
 
 // The type bytes and the format version of body objects.
 const (
-	objVersion  = 1
+	objVersion = 1
+	// objRootTree is the version of a root whose reference chunks follow
+	// its leaves (version 1: in key order).
+	objRootTree = 2
 	objTypeLeaf = 'L'
 	objTypeConv = 'C'
 	objTypeRoot = 'R'
@@ -148,10 +169,14 @@ type objPart struct {
 
 // objRoot is a decoded root object.
 type objRoot struct {
+	// version is the root's version: objVersion (reference chunks in key
+	// order) or objRootTree (in leaf order); zero encodes as objVersion.
+	version     byte
 	leaves      []objPart
 	convPresent bool
 	conv        []objPart
-	// refs are the reference chunks (n: their key counts), in key order.
+	// refs are the reference chunks (n: their key counts), in key order or
+	// in leaf order, as version says.
 	refs      []objPart
 	artifacts []cairn.Artifact
 }
@@ -254,17 +279,29 @@ func objConvCut(b []byte) int {
 func objRefCut(d *keys.Digest) bool { return d[keys.DigestLen-1] < objRefCutBelow }
 
 // splitCheckpointBody splits the body of c (files, conversation, artifacts)
-// into its root, the leaves and conversation chunks the root names (each
-// distinct object once, leaves first, in the order the root names them), and
-// the reference chunks of c's distinct blob keys in key order. The result is
-// a function of the body alone. It fails only on a blob key of neither
-// namespace, which a validated checkpoint does not hold.
+// into its root (version 2), the leaves and conversation chunks the root
+// names (each distinct object once, leaves first, in the order the root names
+// them), and the reference chunks of c's distinct blob keys in the order the
+// root names them (following the leaves). The result is a function of the
+// body alone. It fails only on a blob key of neither namespace, which a
+// validated checkpoint does not hold.
 func splitCheckpointBody(c *cairn.Checkpoint) (root object, objs []object, refs []refChunk, err error) {
+	return splitCheckpointBodyAt(c, objRootTree)
+}
+
+// splitCheckpointBodyAt is splitCheckpointBody with a root of the given
+// version: objRootTree (splitTree), or objVersion (reference chunks in key
+// order, as written before version 2).
+func splitCheckpointBodyAt(c *cairn.Checkpoint, version byte) (root object, objs []object, refs []refChunk, err error) {
+	if version == objRootTree {
+		root, objs, refs, _, err = splitTree(c, nil)
+		return root, objs, refs, err
+	}
 	refs, err = splitRefChunks(c)
 	if err != nil {
 		return object{}, nil, nil, err
 	}
-	var r objRoot
+	r := objRoot{version: version}
 	seen := make(map[keys.Digest]bool)
 	add := func(data []byte) keys.Digest {
 		o := objNewObject(data)
@@ -306,50 +343,66 @@ func splitCheckpointBody(c *cairn.Checkpoint) (root object, objs []object, refs 
 // only the chunks that hold them (and merges or splits at most a neighbour).
 func splitRefChunks(c *cairn.Checkpoint) ([]refChunk, error) {
 	ks := make([]objSortKey, 0, len(c.Files)+len(c.Artifacts))
-	add := func(k string) error {
-		shard, d, ok := keys.BlobShard(k)
-		if !ok {
-			return fmt.Errorf("%w: %q", errObjBlobKey, k)
-		}
-		sk := objSortKey{ns: objNamespace(shard)}
-		for i := range sk.w {
-			sk.w[i] = binary.BigEndian.Uint64(d[8*i:])
-		}
-		ks = append(ks, sk)
-		return nil
-	}
 	for i := range c.Files {
 		if c.Files[i].Kind == cairn.KindFile {
-			if err := add(c.Files[i].BlobKey); err != nil {
+			k, err := objSortKeyOf(c.Files[i].BlobKey)
+			if err != nil {
 				return nil, err
 			}
+			ks = append(ks, k)
 		}
 	}
 	for i := range c.Artifacts {
-		if err := add(c.Artifacts[i].BlobKey); err != nil {
+		k, err := objSortKeyOf(c.Artifacts[i].BlobKey)
+		if err != nil {
 			return nil, err
 		}
+		ks = append(ks, k)
 	}
 	slices.SortFunc(ks, objSortKey.compare)
-	ks = slices.Compact(ks)
-	var out []refChunk
+	return objCutRefChunks(nil, slices.Compact(ks)), nil
+}
+
+// objCutRefChunks appends to out the reference chunks of ks (sorted,
+// distinct): a chunk ends after a key for which objRefCut holds, after
+// objRefMax keys, or at the last key.
+func objCutRefChunks(out []refChunk, ks []objSortKey) []refChunk {
 	from := 0 // the first key of the chunk being filled
 	for i := range ks {
 		if n := i + 1 - from; i == len(ks)-1 || n == objRefMax || byte(ks[i].w[3]) < objRefCutBelow { // objRefCut
-			data := make([]byte, 0, 2+binary.MaxVarintLen64+n*objRefKeyLen)
-			data = append(data, objTypeRefs, objVersion)
-			data = binary.AppendUvarint(data, uint64(n))
-			for _, k := range ks[from : i+1] {
-				data = append(data, k.ns)
-				for _, w := range k.w {
-					data = binary.BigEndian.AppendUint64(data, w)
-				}
-			}
-			out = append(out, refChunk{objNewObject(data), n})
+			out = append(out, refChunk{objEncodeRefChunk(ks[from : i+1]), n})
 			from = i + 1
 		}
 	}
-	return out, nil
+	return out
+}
+
+// objEncodeRefChunk returns the reference chunk of ks (sorted, distinct, 1 to
+// objRefMax of them).
+func objEncodeRefChunk(ks []objSortKey) object {
+	data := make([]byte, 0, 2+binary.MaxVarintLen64+len(ks)*objRefKeyLen)
+	data = append(data, objTypeRefs, objVersion)
+	data = binary.AppendUvarint(data, uint64(len(ks)))
+	for _, k := range ks {
+		data = append(data, k.ns)
+		for _, w := range k.w {
+			data = binary.BigEndian.AppendUint64(data, w)
+		}
+	}
+	return objNewObject(data)
+}
+
+// objSortKeyOf returns the sort key of blob key k.
+func objSortKeyOf(k string) (objSortKey, error) {
+	shard, d, ok := keys.BlobShard(k)
+	if !ok {
+		return objSortKey{}, fmt.Errorf("%w: %q", errObjBlobKey, k)
+	}
+	sk := objSortKey{ns: objNamespace(shard)}
+	for i := range sk.w {
+		sk.w[i] = binary.BigEndian.Uint64(d[8*i:])
+	}
+	return sk, nil
 }
 
 // objSortKey is a blob key as its namespace byte and its digest in four
@@ -464,7 +517,11 @@ func objDecodeLeaf(b []byte) ([]cairn.Entry, error) {
 
 func objEncodeRoot(r *objRoot) []byte {
 	e := encoder{b: make([]byte, 0, 16+(keys.DigestLen+3)*(len(r.leaves)+len(r.conv)+len(r.refs))+len(r.artifacts)*200)}
-	e.b = append(e.b, objTypeRoot, objVersion)
+	version := r.version
+	if version == 0 {
+		version = objVersion
+	}
+	e.b = append(e.b, objTypeRoot, version)
 	e.uint(uint64(len(r.leaves)))
 	for _, p := range r.leaves {
 		e.b = append(e.b, p.digest[:]...)
@@ -511,13 +568,13 @@ func objParts(d *decoder, max uint64) []objPart {
 	return out
 }
 
-// objDecodeRoot decodes a root object.
+// objDecodeRoot decodes a root object of either version.
 func objDecodeRoot(b []byte) (objRoot, error) {
-	d, ok := objHeader(b, objTypeRoot)
-	if !ok {
+	if len(b) < 2 || b[0] != objTypeRoot || b[1] != objVersion && b[1] != objRootTree {
 		return objRoot{}, errCodec
 	}
-	var r objRoot
+	d := decoder{b: b[2:]}
+	r := objRoot{version: b[1]}
 	r.leaves = objParts(&d, objLeafMax)
 	if d.err != nil || len(d.b) == 0 {
 		return objRoot{}, errCodec
@@ -698,20 +755,43 @@ func decodeRefChunk(b []byte) ([]string, error) {
 	return out, nil
 }
 
-// countReferences computes exact blob reference counts from the reference
-// chunk lists of the live checkpoints (one listing per checkpoint, its chunk
-// digests in the order it lists them). A key's count is the number of
-// listings that name the chunk holding it, summed over the chunks that hold
-// it; within a listing a key must be in exactly one chunk, which is checked
-// (the listing's chunks must hold strictly increasing keys). Each distinct
-// chunk is fetched once, in digest order, and verified as
+// refListing is the reference chunks one live checkpoint lists: their
+// digests in the order its root names them, and whether that order is key
+// order (a version-1 root) or leaf order (version 2).
+type refListing struct {
+	chunks   []keys.Digest
+	keyOrder bool
+}
+
+// countReferences is countListings for listings that are all in key order
+// (version-1 roots).
+func countReferences(listings [][]keys.Digest, fetch func(key string) ([]byte, error)) ([]cairn.BlobReference, error) {
+	ls := make([]refListing, len(listings))
+	for i, l := range listings {
+		ls[i] = refListing{chunks: l, keyOrder: true}
+	}
+	return countListings(ls, fetch)
+}
+
+// countListings computes exact blob reference counts from the reference
+// chunk lists of the live checkpoints (one listing per checkpoint). A key's
+// count is the number of listings that name the chunk holding it, summed
+// over the chunks that hold it; it is exact because within a listing a key
+// is in exactly one chunk. For a listing in key order that is checked here
+// (its chunks must hold strictly increasing keys). For a listing in leaf
+// order the writer's split makes it so (each chunk holds only keys that no
+// earlier chunk of the checkpoint holds); checking it here would cost a set
+// of every key of every distinct root, the work this layout exists to
+// avoid, so the walk does not, and Verify with Objects does (a key listed
+// twice would be counted high, which keeps its blob, never low). Each
+// distinct chunk is fetched once, in digest order, and verified as
 // assembleCheckpointBody verifies objects. The result is sorted by key and
 // holds only keys with a count above zero.
-func countReferences(listings [][]keys.Digest, fetch func(key string) ([]byte, error)) ([]cairn.BlobReference, error) {
+func countListings(listings []refListing, fetch func(key string) ([]byte, error)) ([]cairn.BlobReference, error) {
 	listed := make(map[keys.Digest]int)
 	var distinct []keys.Digest
 	for _, l := range listings {
-		for _, d := range l {
+		for _, d := range l.chunks {
 			if listed[d] == 0 {
 				distinct = append(distinct, d)
 			}
@@ -737,10 +817,13 @@ func countReferences(listings [][]keys.Digest, fetch func(key string) ([]byte, e
 		}
 	}
 	for i, l := range listings {
-		for j := 1; j < len(l); j++ {
-			if a, b := spans[l[j-1]].last, spans[l[j]].first; bytes.Compare(a[:], b[:]) >= 0 {
+		if !l.keyOrder {
+			continue
+		}
+		for j := 1; j < len(l.chunks); j++ {
+			if a, b := spans[l.chunks[j-1]].last, spans[l.chunks[j]].first; bytes.Compare(a[:], b[:]) >= 0 {
 				return nil, fmt.Errorf("%w: listing %d: reference chunks %s and %s are out of order or overlap",
-					errCodec, i, objectKey(l[j-1]), objectKey(l[j]))
+					errCodec, i, objectKey(l.chunks[j-1]), objectKey(l.chunks[j]))
 			}
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -91,7 +92,13 @@ func (b objBucket) fetch(key string) ([]byte, error) {
 // parts with a bucket holding them.
 func objSplit(t testing.TB, c *cairn.Checkpoint) (object, []object, []refChunk, objBucket) {
 	t.Helper()
-	root, objs, refs, err := splitCheckpointBody(c)
+	return objSplitAt(t, c, objRootTree)
+}
+
+// objSplitAt is objSplit with a root of the given version.
+func objSplitAt(t testing.TB, c *cairn.Checkpoint, version byte) (object, []object, []refChunk, objBucket) {
+	t.Helper()
+	root, objs, refs, err := splitCheckpointBodyAt(c, version)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +110,11 @@ func objSplit(t testing.TB, c *cairn.Checkpoint) (object, []object, []refChunk, 
 		if o.key != objPrefix+fmt.Sprintf("%x", sha256.Sum256(o.data)) || o.key != objectKey(o.digest) {
 			t.Fatalf("object key %s does not name its bytes", o.key)
 		}
-		if len(o.data) < 2 || o.data[1] != objVersion || !strings.ContainsRune("LCRK", rune(o.data[0])) {
+		v := byte(objVersion)
+		if o.key == root.key {
+			v = version
+		}
+		if len(o.data) < 2 || o.data[1] != v || !strings.ContainsRune("LCRK", rune(o.data[0])) {
 			t.Fatalf("object %s starts with %x", o.key, o.data[:min(2, len(o.data))])
 		}
 	}
@@ -112,6 +123,9 @@ func objSplit(t testing.TB, c *cairn.Checkpoint) (object, []object, []refChunk, 
 	r, err := objDecodeRoot(root.data)
 	if err != nil {
 		t.Fatalf("root: %v", err)
+	}
+	if r.version != version {
+		t.Fatalf("root of version %d, want %d", r.version, version)
 	}
 	if len(r.refs) != len(refs) {
 		t.Fatalf("root names %d reference chunks, the split made %d", len(r.refs), len(refs))
@@ -154,28 +168,84 @@ func objRefObjects(refs []refChunk) []object {
 
 // objCheckRoundTrip splits c and assembles it again, and fails unless the
 // body comes back exactly.
+// objCheckRoundTrip splits c with roots of both versions and checks that
+// the body assembles back and that the reference chunks hold each distinct
+// blob key of c exactly once: in key order for a version-1 root; for a
+// version-2 root, each leaf's keys in the chunk of the first leaf that holds
+// them, then the artifacts' other keys.
 func objCheckRoundTrip(t testing.TB, c *cairn.Checkpoint) {
 	t.Helper()
-	root, _, refs, b := objSplit(t, c)
-	files, conv, arts, err := assembleCheckpointBody(root.digest, b.fetch)
-	if err != nil {
-		t.Fatalf("assemble: %v", err)
-	}
-	objCheckBody(t, c, files, conv, arts)
-	var got []string
-	for _, r := range refs {
-		ks, err := decodeRefChunk(r.data)
+	for _, version := range []byte{objVersion, objRootTree} {
+		root, _, refs, b := objSplitAt(t, c, version)
+		files, conv, arts, err := assembleCheckpointBody(root.digest, b.fetch)
 		if err != nil {
-			t.Fatalf("reference chunk %s: %v", r.key, err)
+			t.Fatalf("version %d: assemble: %v", version, err)
 		}
-		if len(ks) != r.n {
-			t.Fatalf("reference chunk %s holds %d keys, says %d", r.key, len(ks), r.n)
+		objCheckBody(t, c, files, conv, arts)
+		var got []string
+		for _, r := range refs {
+			ks, err := decodeRefChunk(r.data)
+			if err != nil {
+				t.Fatalf("version %d: reference chunk %s: %v", version, r.key, err)
+			}
+			if len(ks) != r.n {
+				t.Fatalf("version %d: reference chunk %s holds %d keys, says %d", version, r.key, len(ks), r.n)
+			}
+			got = append(got, ks...)
 		}
-		got = append(got, ks...)
+		if version == objRootTree {
+			if want := objTreeOrder(c); !slices.Equal(got, want) {
+				t.Fatalf("version 2: reference chunks hold %d keys, want %d in leaf order", len(got), len(want))
+			}
+			slices.Sort(got)
+		}
+		if want := c.BlobKeys(); !slices.Equal(got, want) {
+			t.Fatalf("version %d: reference chunks hold %d keys, want the checkpoint's %d", version, len(got), len(want))
+		}
 	}
-	if want := c.BlobKeys(); !slices.Equal(got, want) {
-		t.Fatalf("reference chunks hold %d keys, want the checkpoint's %d", len(got), len(want))
+}
+
+// objTreeOrder returns the distinct blob keys of c in the order of a
+// version-2 root's reference chunks, computed naively: per leaf of the
+// root's split, the sorted keys of its files that no earlier leaf holds,
+// then the sorted artifact keys that no leaf holds.
+func objTreeOrder(c *cairn.Checkpoint) []string {
+	root, _, _, err := splitCheckpointBody(c)
+	if err != nil {
+		panic(err)
 	}
+	r, err := objDecodeRoot(root.data)
+	if err != nil {
+		panic(err)
+	}
+	seen := map[string]bool{}
+	var out []string
+	at := 0
+	take := func(ks []string) {
+		slices.Sort(ks)
+		for _, k := range slices.Compact(ks) {
+			if !seen[k] {
+				seen[k] = true
+				out = append(out, k)
+			}
+		}
+	}
+	for _, l := range r.leaves {
+		var ks []string
+		for _, f := range c.Files[at : at+l.n] {
+			if f.Kind == cairn.KindFile {
+				ks = append(ks, f.BlobKey)
+			}
+		}
+		take(ks)
+		at += l.n
+	}
+	var ks []string
+	for _, a := range c.Artifacts {
+		ks = append(ks, a.BlobKey)
+	}
+	take(ks)
+	return out
 }
 
 func objCheckBody(t testing.TB, c *cairn.Checkpoint, files []cairn.Entry, conv json.RawMessage, arts []cairn.Artifact) {
@@ -382,15 +452,22 @@ func TestObjectFormatPinned(t *testing.T) {
 	}
 	c := cairn.Checkpoint{Files: objTestFiles(1000, ""), Conversation: conv,
 		Artifacts: []cairn.Artifact{{ArtifactID: "a", Name: "n", MimeType: "m", Size: 1, BlobKey: objTestArtifactKey("a"), CreatedAt: 2}}}
-	root, objs, refs, _ := objSplit(t, &c)
-	all := sha256.New()
-	for _, o := range append(append([]object{root}, objs...), objRefObjects(refs)...) {
-		all.Write([]byte(o.key))
-	}
-	got := fmt.Sprintf("%d leaves and chunks, %d reference chunks, root %s, all %x", len(objs), len(refs), root.key, all.Sum(nil))
-	const want = "19 leaves and chunks, 10 reference chunks, root sandbox-meta/sha256/4885ec88c648a7a31d413794af5758f35a42d15e06f125e0bb75ead5401ef0b5, all d840dbfb9b9bc8e768311773babdede9727318ac59afac107b429f7ea9e992c8"
-	if got != want {
-		t.Fatalf("the split of the pinned body changed:\n got %s\nwant %s", got, want)
+	for _, tc := range []struct {
+		version byte
+		want    string
+	}{
+		{objVersion, "19 leaves and chunks, 10 reference chunks, root sandbox-meta/sha256/4885ec88c648a7a31d413794af5758f35a42d15e06f125e0bb75ead5401ef0b5, all d840dbfb9b9bc8e768311773babdede9727318ac59afac107b429f7ea9e992c8"},
+		{objRootTree, "19 leaves and chunks, 13 reference chunks, root sandbox-meta/sha256/cfafa927f9035b2173a12df65ae68f645a495c80fe3920c7745007b95f0bdb04, all fbdecf3e172e2b87e85554115148d17db54b747871e5404e3ccc1f9ba2bf4f07"},
+	} {
+		root, objs, refs, _ := objSplitAt(t, &c, tc.version)
+		all := sha256.New()
+		for _, o := range append(append([]object{root}, objs...), objRefObjects(refs)...) {
+			all.Write([]byte(o.key))
+		}
+		got := fmt.Sprintf("%d leaves and chunks, %d reference chunks, root %s, all %x", len(objs), len(refs), root.key, all.Sum(nil))
+		if got != tc.want {
+			t.Fatalf("the split of the pinned body with a version-%d root changed:\n got %s\nwant %s", tc.version, got, tc.want)
+		}
 	}
 }
 
@@ -750,20 +827,55 @@ func TestCountReferences(t *testing.T) {
 		cps = append(cps, c)
 	}
 	cps = append(cps, cps[10], cairn.Checkpoint{}) // a fork, and a checkpoint without keys
+	// Version-1 roots: chunks in key order, which countReferences checks.
 	b := objBucket{}
 	var listings [][]keys.Digest
 	for i := range cps {
-		_, _, refs, _ := objSplit(t, &cps[i])
+		_, _, refs, _ := objSplitAt(t, &cps[i], objVersion)
 		b.putRefs(refs)
 		listings = append(listings, objDigests(refs))
 	}
-	asked := map[string]int{}
-	fetch := func(key string) ([]byte, error) { asked[key]++; return b.fetch(key) }
-	got, err := countReferences(listings, fetch)
+	// Version-2 roots of the same checkpoints, alone and beside the
+	// version-1 ones (a store written before and after version 2): the
+	// same counts, doubled.
+	b2 := objBucket{}
+	var tree, mixed []refListing
+	for i := range cps {
+		_, _, refs, _ := objSplit(t, &cps[i])
+		b2.putRefs(refs)
+		tree = append(tree, refListing{chunks: objDigests(refs)})
+		mixed = append(mixed, refListing{chunks: listings[i], keyOrder: true}, tree[i])
+	}
+	want := objNaiveCounts(cps)
+	if got, err := countListings(tree, b2.fetch); err != nil || !slices.Equal(got, want) {
+		t.Fatalf("version-2 counts differ from the naive count: %d keys, want %d (%v)", len(got), len(want), err)
+	}
+	both := objBucket{}
+	maps.Copy(both, b)
+	maps.Copy(both, b2)
+	got, err := countListings(mixed, both.fetch)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := objNaiveCounts(cps); !slices.Equal(got, want) {
+	for i := range got {
+		if i >= len(want) || got[i].Key != want[i].Key || got[i].References != 2*want[i].References {
+			t.Fatalf("mixed counts: %v, want twice %v", got[i], want[min(i, len(want)-1)])
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("mixed counts: %d keys, want %d", len(got), len(want))
+	}
+	if len(b2) >= len(b) {
+		t.Logf("version 2 wrote %d distinct chunks, version 1 %d", len(b2), len(b))
+	}
+
+	asked := map[string]int{}
+	fetch := func(key string) ([]byte, error) { asked[key]++; return b.fetch(key) }
+	got, err = countReferences(listings, fetch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, want) {
 		t.Fatalf("counts differ from the naive count: %d keys, want %d", len(got), len(want))
 	}
 	if len(asked) != len(b) {

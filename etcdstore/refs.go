@@ -133,17 +133,17 @@ func (s *Store) objectRefs(ctx context.Context, rev *int64, objects bool) (refs,
 	}); err != nil {
 		return nil, nil, err
 	}
-	var listings [][]keys.Digest
+	var listings []refListing
 	var chunks []keys.Digest
 	seen := map[keys.Digest]bool{}
 	named := map[keys.Digest]int{}
 	for i, d := range distinct {
 		r := &decoded[i]
-		l := r.refDigests()
+		l := refListing{chunks: r.refDigests(), keyOrder: r.version != objRootTree}
 		for range roots[d] {
 			listings = append(listings, l)
 		}
-		for _, c := range l {
+		for _, c := range l.chunks {
 			if !seen[c] {
 				seen[c] = true
 				chunks = append(chunks, c)
@@ -168,7 +168,7 @@ func (s *Store) objectRefs(ctx context.Context, rev *int64, objects bool) (refs,
 	if err != nil {
 		return nil, nil, err
 	}
-	refs, err = countReferences(listings, func(key string) ([]byte, error) {
+	refs, err = countListings(listings, func(key string) ([]byte, error) {
 		if b, ok := got[key]; ok {
 			return b, nil
 		}

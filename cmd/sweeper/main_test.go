@@ -51,6 +51,8 @@ func TestSweeperBinary(t *testing.T) {
 		equal(t, "settings.keep", keep["from"], any("flag"))
 	})
 
+	t.Run("VerifyChecksObjects", func(t *testing.T) { verifyObjects(t, w) })
+
 	t.Run("EnvironmentAndFlagPrecedence", func(t *testing.T) {
 		tn := w.newTenant(t)
 		s := tn.seed(t)

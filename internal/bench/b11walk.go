@@ -123,11 +123,11 @@ func walkNote(v2, v1 b11Walk) string {
 	}
 	return fmt.Sprintf("Walk of the online sweep (ReadBlobGC on a fresh store, object cache empty, in-process bucket) over the %d kept checkpoints: version 2 %s, reporting %s references (blob keys and live objects) after %s object reads (%s); version 1 %s. "+
 		"Extrapolated linearly (one shard-4 record a checkpoint, each distinct root and reference chunk fetched once): per 100,000 kept checkpoints version 2 %s and %s object reads (%s), per 1,000,000 %s and %s reads (%s); version 1 %s and %s. "+
-		"Object reads dominate on a real bucket: at 8 in flight and ~10 ms a read, 1,000,000 checkpoints cost about %s of reads a sweep. ListBlobReferences (blob keys only): version 2 %s after %s reads, version 1 %s.",
+		"Object reads dominate on a real bucket: at %d in flight (the store's bound) and ~10 ms a read, 1,000,000 checkpoints cost about %s of reads a sweep. ListBlobReferences (blob keys only): version 2 %s after %s reads, version 1 %s.",
 		v2.records, fmtDur(v2.took), fmtInt(int64(v2.refs)), fmtInt(v2.gets), fmtBytes(v2.bytes), fmtDur(v1.took),
 		per(v2.took, v2.records, 100_000), perN(v2.gets, v2.records, 100_000), fmtLarge(int64(float64(v2.bytes)/float64(max(1, v2.records))*100_000)),
 		per(v2.took, v2.records, 1_000_000), perN(v2.gets, v2.records, 1_000_000), fmtLarge(int64(float64(v2.bytes)/float64(max(1, v2.records))*1_000_000)),
 		per(v1.took, v1.records, 100_000), per(v1.took, v1.records, 1_000_000),
-		fmtLong(time.Duration(float64(v2.gets)/float64(max(1, v2.records))*1_000_000/8*float64(10*time.Millisecond))),
+		b3oObjectParallel, fmtLong(time.Duration(float64(v2.gets)/float64(max(1, v2.records))*1_000_000/b3oObjectParallel*float64(10*time.Millisecond))),
 		fmtDur(v2.listTook), fmtInt(v2.listGets), fmtDur(v1.listTook))
 }

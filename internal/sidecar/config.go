@@ -90,7 +90,7 @@ func newFlagSet(c *Config, out io.Writer) *cli.Set {
 	fs.BoolVar(&c.DryRun, "dry-run", c.DryRun, "do everything but remove checkpoints and delete blobs; report what would go")
 	fs.IntVar(&c.MaxDeletes, "max-deletes", c.MaxDeletes, "delete at most this many blobs per run; the next run goes on (0: no limit)")
 	fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "blobs per delete request, 1 to 1000; a signal lets the request in flight finish")
-	fs.BoolVar(&c.Verify, "verify", c.Verify, "after the run, check the store's invariants and reference counts")
+	fs.BoolVar(&c.Verify, "verify", c.Verify, "after the run, check the store's invariants and reference counts, and the objects of capacity-layout checkpoints")
 	fs.BoolVar(&c.Repair, "repair", c.Repair, "with --verify, also delete the reclaimable garbage it finds")
 	fs.BoolVar(&c.AllowEmptyStore, "allow-empty-store", c.AllowEmptyStore, "delete blobs even when the store has no checkpoint at all (by default that looks like a wrong --prefix and stops the run)")
 

@@ -300,7 +300,11 @@ func (s *Sweeper) phases(ctx, stop context.Context, held *heldLock, st *Status, 
 		return err
 	}
 	vctx, cancel := merge(ctx, stop)
-	vr, err := guarded.Verify(vctx, etcdstore.VerifyOptions{Repair: s.opts.Repair})
+	// With a bucket for body objects, the checkpoints of the capacity layout
+	// are checked too: their objects exist, match their digests and decode,
+	// and their reference chunks hold exactly their blob keys (what the
+	// sweep just counted).
+	vr, err := guarded.Verify(vctx, etcdstore.VerifyOptions{Repair: s.opts.Repair, Objects: guarded.HasObjects()})
 	cancel()
 	if err != nil {
 		return interrupted(fmt.Errorf("verify the store: %w", err))
