@@ -119,3 +119,16 @@ func TestObjectsStopsOnAStuckListing(t *testing.T) {
 		t.Fatalf("Objects ended with %v; want an error about the listing not advancing", last)
 	}
 }
+
+// TestTransportKeepsIdleConnections: the client of NewS3 keeps as many idle
+// connections as a capture and the object layout send requests at once.
+func TestTransportKeepsIdleConnections(t *testing.T) {
+	b, err := NewS3(t.Context(), Config{Endpoint: "http://127.0.0.1:9", Region: "auto", Bucket: "b", AccessKeyID: "k", SecretAccessKey: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if got := b.ownHTTP.MaxIdleConnsPerHost; got < MaxIdleConnsPerHost {
+		t.Fatalf("MaxIdleConnsPerHost %d, want at least %d", got, MaxIdleConnsPerHost)
+	}
+}

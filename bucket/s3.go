@@ -80,6 +80,7 @@ func NewS3(ctx context.Context, cfg Config) (*S3, error) {
 		// Take over the transport the SDK prepared (it carries AWS_CA_BUNDLE
 		// when that is set) so that Close can release its connections.
 		b.ownHTTP = sdkTransport(awsCfg.HTTPClient)
+		b.ownHTTP.MaxIdleConnsPerHost = max(b.ownHTTP.MaxIdleConnsPerHost, MaxIdleConnsPerHost)
 		awsCfg.HTTPClient = &http.Client{
 			Transport: b.ownHTTP,
 			// Hand redirects back to the SDK, as its own client does.
@@ -122,6 +123,13 @@ func (s sdkLogger) Logf(c logging.Classification, format string, v ...any) {
 	}
 	s.l.Log(context.Background(), level, "AWS SDK: "+fmt.Sprintf(format, v...), "component", "aws-sdk")
 }
+
+// MaxIdleConnsPerHost is how many idle connections to the endpoint the
+// client of NewS3 keeps open (unless Config.HTTPClient is set). The SDK's
+// default keeps 10, fewer than a capture (16) or the object layout (32)
+// sends at once: the connections above 10 were closed after each response
+// and the next request paid a new connection (and, over TLS, a handshake).
+const MaxIdleConnsPerHost = 64
 
 // sdkTransport returns a transport of its own with the settings of the SDK's
 // HTTP client, or a clone of http.DefaultTransport when that client is not

@@ -3,15 +3,18 @@ package bench
 import (
 	"context"
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/cairnstore/cairn/bucket"
 	"github.com/cairnstore/cairn/internal/versitygw"
 )
 
@@ -60,6 +63,11 @@ func (g *gateway) client(ctx context.Context) (*s3.Client, error) {
 		config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(gwAccess, gwSecret, "")),
 		config.WithRequestChecksumCalculation(aws.RequestChecksumCalculationWhenRequired),
 		config.WithResponseChecksumValidation(aws.ResponseChecksumValidationWhenRequired),
+		// As many idle connections as bucket.S3 keeps, so that both sides
+		// of a comparison reuse their connections alike.
+		config.WithHTTPClient(awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
+			t.MaxIdleConnsPerHost = bucket.MaxIdleConnsPerHost
+		})),
 	)
 	if err != nil {
 		return nil, err
