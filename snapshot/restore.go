@@ -90,22 +90,36 @@ func Restore(ctx context.Context, r Blobs, cp *cairn.Checkpoint, dir string, opt
 			os.RemoveAll(staging)
 		}
 	}()
-	if err := downloadAll(ctx, r, blobs, staging, concurrency(opts), opts.Progress); err != nil {
-		return RestoreStats{}, err
-	}
-	// Every blob is staged and verified: only now is the target touched.
-	var stats RestoreStats
+	// An absent or empty target gets the staged tree: each blob is
+	// downloaded straight to its first path in it. Otherwise the blobs are
+	// staged by key and moved into the target once all are verified.
 	empty := !exists || isEmptyDir(abs)
 	tree := abs
 	if empty {
 		tree = filepath.Join(staging, "tree")
-		if err := os.Mkdir(tree, 0o755); err != nil {
+		if err := stageTree(tree, blobs); err != nil {
+			return RestoreStats{}, err
+		}
+	} else {
+		dir := filepath.Join(staging, "blobs")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			return RestoreStats{}, err
+		}
+		for _, b := range blobs {
+			b.staged = filepath.Join(dir, b.key[strings.LastIndexByte(b.key, '/')+1:])
+		}
+	}
+	if err := downloadAll(ctx, r, blobs, concurrency(opts), opts.Progress); err != nil {
+		return RestoreStats{}, err
+	}
+	// Every blob is staged and verified: only now is the target touched.
+	var stats RestoreStats
+	if !empty {
+		if stats.Removed, err = removeStale(abs, cp.Files, f); err != nil {
 			return stats, err
 		}
-	} else if stats.Removed, err = removeStale(abs, cp.Files, f); err != nil {
-		return stats, err
 	}
-	if err := place(tree, blobs, dirs, opts.Progress, &stats); err != nil {
+	if err := place(tree, blobs, dirs, empty, opts.Progress, &stats); err != nil {
 		return stats, err
 	}
 	if empty {
@@ -177,14 +191,10 @@ func checkManifest(files []cairn.Entry) ([]*blob, []string, error) {
 }
 
 // downloadAll stages every blob under staging and verifies it.
-func downloadAll(ctx context.Context, r Blobs, blobs []*blob, staging string, n int, progress func(Progress)) error {
+func downloadAll(ctx context.Context, r Blobs, blobs []*blob, n int, progress func(Progress)) error {
 	var total int64
 	for _, b := range blobs {
 		total += b.size
-	}
-	dir := filepath.Join(staging, "blobs")
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return err
 	}
 	meter := newMeter(progress, PhaseDownload, len(blobs), total)
 	bufs := make([][]byte, n)
@@ -192,7 +202,6 @@ func downloadAll(ctx context.Context, r Blobs, blobs []*blob, staging string, n 
 		if bufs[w] == nil {
 			bufs[w] = make([]byte, bufSize)
 		}
-		b.staged = filepath.Join(dir, b.key[strings.LastIndexByte(b.key, '/')+1:])
 		got, err := download(ctx, r, b, bufs[w], meter)
 		if err != nil {
 			return err
@@ -363,7 +372,7 @@ func removeStale(dir string, files []cairn.Entry, f *filter) (int, error) {
 
 // place makes the directories and moves the staged blobs to their paths
 // under tree: a blob used by several paths is copied for all but the last.
-func place(tree string, blobs []*blob, dirs []string, progress func(Progress), stats *RestoreStats) error {
+func place(tree string, blobs []*blob, dirs []string, inTree bool, progress func(Progress), stats *RestoreStats) error {
 	var files int
 	var total int64
 	for _, b := range blobs {
@@ -381,17 +390,18 @@ func place(tree string, blobs []*blob, dirs []string, progress func(Progress), s
 	for _, b := range blobs {
 		for i, p := range b.paths {
 			dst := filepath.Join(tree, filepath.FromSlash(p))
-			if d := filepath.Dir(dst); !made[d] {
-				if err := os.MkdirAll(d, 0o755); err != nil {
-					return err
-				}
-				made[d] = true
-			}
 			var err error
-			if i == len(b.paths)-1 {
-				err = os.Rename(b.staged, dst)
-			} else {
-				err = copyFile(b.staged, dst)
+			switch {
+			case inTree && i == 0:
+				// Downloaded to its place (stageTree).
+			case inTree:
+				err = copyFile(b.staged, dst, made)
+			case i == len(b.paths)-1:
+				if err = mkdirOnce(filepath.Dir(dst), made); err == nil {
+					err = os.Rename(b.staged, dst)
+				}
+			default:
+				err = copyFile(b.staged, dst, made)
 			}
 			if err != nil {
 				return err
@@ -405,8 +415,40 @@ func place(tree string, blobs []*blob, dirs []string, progress func(Progress), s
 	return nil
 }
 
-// copyFile copies src to a new file beside dst, then renames it over dst.
-func copyFile(src, dst string) error {
+// stageTree makes the directories of tree that hold the first path of each
+// blob, and sets each blob's staged file to that path.
+func stageTree(tree string, blobs []*blob) error {
+	if err := os.Mkdir(tree, 0o755); err != nil {
+		return err
+	}
+	made := map[string]bool{tree: true}
+	for _, b := range blobs {
+		b.staged = filepath.Join(tree, filepath.FromSlash(b.paths[0]))
+		if err := mkdirOnce(filepath.Dir(b.staged), made); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mkdirOnce makes dir and its parents unless made says it did already.
+func mkdirOnce(dir string, made map[string]bool) error {
+	if made[dir] {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	made[dir] = true
+	return nil
+}
+
+// copyFile copies src to a new file beside dst, then renames it over dst;
+// it makes dst's directory first unless made says it did.
+func copyFile(src, dst string, made map[string]bool) error {
+	if err := mkdirOnce(filepath.Dir(dst), made); err != nil {
+		return err
+	}
 	in, err := os.Open(src)
 	if err != nil {
 		return err
