@@ -275,6 +275,20 @@ func objConvCut(b []byte) int {
 	return limit
 }
 
+// objConvChunks cuts a conversation into chunks (objConvCut) and calls fn
+// with each chunk's object, encoded, and the bytes of the conversation it
+// holds.
+func objConvChunks(conv []byte, fn func(data []byte, n int)) {
+	for rest := conv; len(rest) > 0; {
+		n := objConvCut(rest)
+		data := make([]byte, 2+n)
+		data[0], data[1] = objTypeConv, objVersion
+		copy(data[2:], rest[:n])
+		fn(data, n)
+		rest = rest[n:]
+	}
+}
+
 // objRefCut reports whether a reference chunk ends after a key with digest d.
 func objRefCut(d *keys.Digest) bool { return d[keys.DigestLen-1] < objRefCutBelow }
 
@@ -320,14 +334,7 @@ func splitCheckpointBodyAt(c *cairn.Checkpoint, version byte) (root object, objs
 	}
 	if c.Conversation != nil {
 		r.convPresent = true
-		for rest := []byte(c.Conversation); len(rest) > 0; {
-			n := objConvCut(rest)
-			data := make([]byte, 2+n)
-			data[0], data[1] = objTypeConv, objVersion
-			copy(data[2:], rest[:n])
-			r.conv = append(r.conv, objPart{add(data), n})
-			rest = rest[n:]
-		}
+		objConvChunks(c.Conversation, func(data []byte, n int) { r.conv = append(r.conv, objPart{add(data), n}) })
 	}
 	for _, rc := range refs {
 		r.refs = append(r.refs, objPart{rc.digest, rc.n})

@@ -164,14 +164,7 @@ func splitTree(c *cairn.Checkpoint, memo *splitMemo) (root object, objs []object
 	}
 	if c.Conversation != nil {
 		r.convPresent = true
-		for rest := []byte(c.Conversation); len(rest) > 0; {
-			n := objConvCut(rest)
-			data := make([]byte, 2+n)
-			data[0], data[1] = objTypeConv, objVersion
-			copy(data[2:], rest[:n])
-			r.conv = append(r.conv, objPart{add(objNewObject(data)), n})
-			rest = rest[n:]
-		}
+		objConvChunks(c.Conversation, func(data []byte, n int) { r.conv = append(r.conv, objPart{add(objNewObject(data)), n}) })
 	}
 	ks = ks[:0]
 	for i := range c.Artifacts {
