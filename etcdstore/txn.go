@@ -78,16 +78,21 @@ func (r *rawKV) txn(ctx context.Context, cmps []clientv3.Cmp, then, els []*etcds
 	if !r.direct {
 		return r.client.Txn(ctx).If(cmps...).Then(clientOps(then)...).Else(clientOps(els)...).Commit()
 	}
+	resp, err := r.remote.Txn(ctx, txnRequest(cmps, then, els), r.opts...)
+	if err != nil {
+		return nil, clientv3.ContextError(ctx, err)
+	}
+	return (*clientv3.TxnResponse)(resp), nil
+}
+
+// txnRequest builds the request of a transaction.
+func txnRequest(cmps []clientv3.Cmp, then, els []*etcdserverpb.RequestOp) *etcdserverpb.TxnRequest {
 	req := &etcdserverpb.TxnRequest{Compare: make([]*etcdserverpb.Compare, len(cmps)), Success: then, Failure: els}
 	for i := range cmps {
 		c := cmps[i].Clone() // as clientv3's If does: the guards are shared
 		req.Compare[i] = c.GetCompare()
 	}
-	resp, err := r.remote.Txn(ctx, req, r.opts...)
-	if err != nil {
-		return nil, clientv3.ContextError(ctx, err)
-	}
-	return (*clientv3.TxnResponse)(resp), nil
+	return req
 }
 
 // clientOps turns built requests into clientv3.Op values, for a client whose
