@@ -32,7 +32,7 @@ func BenchmarkAppendPrep200(b *testing.B) {
 		if err := cairn.CheckAppendInput(&in); err != nil {
 			b.Fatal(err)
 		}
-		w := newCheckpointOf(&in.Checkpoint)
+		w := newCheckpointWith(&in.Checkpoint, bufPool.Get().(*encodeBufs))
 		if err := w.checkSize(); err != nil {
 			b.Fatal(err)
 		}
@@ -41,8 +41,8 @@ func BenchmarkAppendPrep200(b *testing.B) {
 		vals := s.blobs(w, c.ThreadID, seq, n)
 		writes := putReqs(vals)
 		wk := s.writerKeys(c.ThreadID)
-		cmps := s.withGuards(append(fence.Guard(wk, in.Writer.OwnerToken, in.Writer.Fence, 1.7e12),
-			s.idxCmp(c.ID, 0), s.threadCmp(c.ThreadID, st)))
+		cmps := s.withRawGuards(append(fence.GuardCompares(wk, in.Writer.OwnerToken, in.Writer.Fence, 1.7e12),
+			s.idxCompare(c.ID, 0), s.threadCompare(c.ThreadID, st)))
 		then := append(s.records(w, st, seq, n), writes...)
 		for _, k := range claims {
 			then = append(then, deleteReq(k))
@@ -53,5 +53,6 @@ func BenchmarkAppendPrep200(b *testing.B) {
 		if _, err := proto.Marshal(req); err != nil {
 			b.Fatal(err)
 		}
+		w.release()
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"slices"
+	"sync"
 
 	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/keys"
@@ -154,7 +155,17 @@ func encodeCheckpoint(c *cairn.Checkpoint) []byte { return encodeCheckpointAfter
 // the room lets a checkpoint record's header go in front of the body without
 // copying the body (see newCheckpoint.recordValue).
 func encodeCheckpointAfter(c *cairn.Checkpoint, room int) []byte {
-	e := encoder{b: make([]byte, room, room+256+len(c.Conversation)+len(c.Files)*120)}
+	return encodeCheckpointInto(nil, c, room)
+}
+
+// encodeCheckpointInto is encodeCheckpointAfter into the array of dst when it
+// is large enough: room bytes (of any value), then the stored form of c.
+func encodeCheckpointInto(dst []byte, c *cairn.Checkpoint, room int) []byte {
+	need := room + 256 + len(c.Conversation) + len(c.Files)*120
+	if cap(dst) < need {
+		dst = make([]byte, room, need)
+	}
+	e := encoder{b: dst[:room]}
 	e.b = append(e.b, codecVersion)
 	e.raw(c.Conversation)
 	e.str(c.ID)
@@ -262,10 +273,22 @@ func decodeInstance(b []byte) (cairn.InstanceRecord, error) {
 // decodes each key once; the checkpoint has been validated, so every key is a
 // valid blob key.
 func refParts(c *cairn.Checkpoint) (parts [keys.NumShards][][]byte, mask uint32) {
-	all := make([]shardDigest, 0, len(c.Files)+len(c.Artifacts))
+	return refPartsWith(c, &encodeBufs{})
+}
+
+// refPartsWith is refParts with the arrays of bufs: the parts are slices of
+// bufs.refs, which holds them until bufs is used again.
+func refPartsWith(c *cairn.Checkpoint, bufs *encodeBufs) (parts [keys.NumShards][][]byte, mask uint32) {
+	n := len(c.Artifacts)
+	for i := range c.Files {
+		if c.Files[i].Kind == cairn.KindFile {
+			n++
+		}
+	}
+	all := slices.Grow(bufs.all[:0], n)
 	// A counting sort on (namespace, first byte) orders the digests by shard
 	// and nearly by value; sorting each of its small buckets finishes it.
-	var count [2 * 256]int
+	var count [2 * 256]int32
 	add := func(k string) {
 		if shard, d, ok := keys.BlobShard(k); ok { // always, for a validated checkpoint
 			all = append(all, shardDigest{shard, sortable(d)})
@@ -280,11 +303,11 @@ func refParts(c *cairn.Checkpoint) (parts [keys.NumShards][][]byte, mask uint32)
 	for i := range c.Artifacts {
 		add(c.Artifacts[i].BlobKey)
 	}
-	var start [len(count) + 1]int
+	var start [len(count) + 1]int32
 	for b, n := range count {
 		start[b+1] = start[b] + n
 	}
-	sorted := make([]sortableDigest, len(all))
+	sorted := slices.Grow(bufs.sorted[:0], len(all))[:len(all)]
 	next := start
 	for _, sd := range all {
 		b := bucketOf(sd.shard, byte(sd.d[0]>>56))
@@ -296,7 +319,7 @@ func refParts(c *cairn.Checkpoint) (parts [keys.NumShards][][]byte, mask uint32)
 			slices.SortFunc(sorted[start[b]:start[b+1]], compareDigests)
 		}
 	}
-	buf := make([]byte, 0, len(all)*keys.DigestLen)
+	buf := slices.Grow(bufs.refs[:0], len(all)*keys.DigestLen)
 	per := refPartBytes / keys.DigestLen
 	for shard := range keys.NumShards {
 		// The shard's buckets are contiguous: its namespace, and first bytes
@@ -317,7 +340,32 @@ func refParts(c *cairn.Checkpoint) (parts [keys.NumShards][][]byte, mask uint32)
 			ds = ds[n:]
 		}
 	}
+	bufs.all, bufs.sorted, bufs.refs = all, sorted, buf
 	return parts, mask
+}
+
+// encodeBufs are the arrays that encoding a checkpoint and its reference
+// records needs; an append takes them from bufPool and gives them back when
+// its requests are done, so that a steady stream of appends does not
+// allocate them again each time.
+type encodeBufs struct {
+	body   []byte
+	refs   []byte
+	all    []shardDigest
+	sorted []sortableDigest
+}
+
+var bufPool = sync.Pool{New: func() any { return new(encodeBufs) }}
+
+// maxPooledBytes bounds the arrays kept in bufPool: those of a large
+// checkpoint are left to the collector.
+const maxPooledBytes = 256 << 10
+
+func (b *encodeBufs) release() {
+	if cap(b.body) > maxPooledBytes || cap(b.refs) > maxPooledBytes {
+		return
+	}
+	bufPool.Put(b)
 }
 
 // bucketOf numbers the (namespace, first byte) buckets of refParts in key

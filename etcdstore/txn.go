@@ -73,10 +73,14 @@ func (o *optsRecorder) Txn(_ context.Context, _ *etcdserverpb.TxnRequest, opts .
 }
 
 // txn commits one transaction: If cmps, Then then, Else els. Its errors are
-// those of clientv3's Txn.Commit.
-func (r *rawKV) txn(ctx context.Context, cmps []clientv3.Cmp, then, els []*etcdserverpb.RequestOp) (*clientv3.TxnResponse, error) {
+// those of clientv3's Txn.Commit. The request keeps cmps, then and els.
+func (r *rawKV) txn(ctx context.Context, cmps []*etcdserverpb.Compare, then, els []*etcdserverpb.RequestOp) (*clientv3.TxnResponse, error) {
 	if !r.direct {
-		return r.client.Txn(ctx).If(cmps...).Then(clientOps(then)...).Else(clientOps(els)...).Commit()
+		cs := make([]clientv3.Cmp, len(cmps))
+		for i, c := range cmps {
+			cs[i] = clientv3.FromCompare(c)
+		}
+		return r.client.Txn(ctx).If(cs...).Then(clientOps(then)...).Else(clientOps(els)...).Commit()
 	}
 	resp, err := r.remote.Txn(ctx, txnRequest(cmps, then, els), r.opts...)
 	if err != nil {
@@ -86,13 +90,36 @@ func (r *rawKV) txn(ctx context.Context, cmps []clientv3.Cmp, then, els []*etcds
 }
 
 // txnRequest builds the request of a transaction.
-func txnRequest(cmps []clientv3.Cmp, then, els []*etcdserverpb.RequestOp) *etcdserverpb.TxnRequest {
-	req := &etcdserverpb.TxnRequest{Compare: make([]*etcdserverpb.Compare, len(cmps)), Success: then, Failure: els}
-	for i := range cmps {
-		c := cmps[i].Clone() // as clientv3's If does: the guards are shared
-		req.Compare[i] = c.GetCompare()
+func txnRequest(cmps []*etcdserverpb.Compare, then, els []*etcdserverpb.RequestOp) *etcdserverpb.TxnRequest {
+	return &etcdserverpb.TxnRequest{Compare: cmps, Success: then, Failure: els}
+}
+
+// The comparisons of a built request. clientv3.Compare copies each
+// comparison it makes by reflection (proto.Clone); these are built directly.
+
+// cmpAbsent holds when key does not exist.
+func cmpAbsent(key string) *etcdserverpb.Compare {
+	return &etcdserverpb.Compare{Result: etcdserverpb.Compare_EQUAL, Target: etcdserverpb.Compare_CREATE, Key: []byte(key),
+		TargetUnion: &etcdserverpb.Compare_CreateRevision{}}
+}
+
+// cmpModRev holds when key was last written at revision rev.
+func cmpModRev(key string, rev int64) *etcdserverpb.Compare {
+	return &etcdserverpb.Compare{Result: etcdserverpb.Compare_EQUAL, Target: etcdserverpb.Compare_MOD, Key: []byte(key),
+		TargetUnion: &etcdserverpb.Compare_ModRevision{ModRevision: rev}}
+}
+
+// withRawGuards appends the store's guards to a write's comparisons, each a
+// copy of its fields: a guard is shared by concurrent writes, and clientv3
+// copies the comparisons of every request (by reflection) for that reason.
+// The key and the target are never changed once built, so the copies share
+// them.
+func (s *Store) withRawGuards(cmps []*etcdserverpb.Compare) []*etcdserverpb.Compare {
+	for i := range s.guards {
+		g := s.guards[i].GetCompare()
+		cmps = append(cmps, &etcdserverpb.Compare{Result: g.Result, Target: g.Target, Key: g.Key, TargetUnion: g.TargetUnion, RangeEnd: g.RangeEnd})
 	}
-	return req
+	return cmps
 }
 
 // clientOps turns built requests into clientv3.Op values, for a client whose
