@@ -90,22 +90,27 @@ func hasHexDigest(k, prefix string) bool {
 	if len(k) != len(prefix)+blobDigestLen || !strings.HasPrefix(k, prefix) {
 		return false
 	}
-	bad := byte(0)
-	for i := len(prefix); i < len(k); i++ {
-		bad |= notLowerHex[k[i]]
+	// Eight digits at a time, as one little-endian word: every blob key of
+	// every append is checked here.
+	d := k[len(prefix):]
+	bad := uint64(0)
+	for i := 0; i < blobDigestLen; i += 8 {
+		bad |= notLowerHex8(uint64(d[i]) | uint64(d[i+1])<<8 | uint64(d[i+2])<<16 | uint64(d[i+3])<<24 |
+			uint64(d[i+4])<<32 | uint64(d[i+5])<<40 | uint64(d[i+6])<<48 | uint64(d[i+7])<<56)
 	}
 	return bad == 0
 }
 
-// notLowerHex is 1 for every byte that is not a lower-case hex digit.
-var notLowerHex = func() (t [256]byte) {
-	for i := range t {
-		if !(i >= '0' && i <= '9' || i >= 'a' && i <= 'f') {
-			t[i] = 1
-		}
-	}
-	return t
-}()
+// notLowerHex8 is nonzero unless each of the eight bytes of x is a
+// lower-case hex digit. A byte below 0x80 plus (0x80 - lo) has its high bit
+// set exactly when it is >= lo, and carries into no other byte.
+func notLowerHex8(x uint64) uint64 {
+	const ones, high = 0x0101010101010101, 0x8080808080808080
+	y := x &^ high
+	ge := func(lo uint64) uint64 { return y + ones*(0x80-lo) }
+	valid := (ge('0')&^ge('9'+1) | ge('a')&^ge('f'+1)) & high
+	return valid ^ high | x&high
+}
 
 func isSafeSize(n int64) bool { return n >= 0 && n <= MaxSafeInteger }
 

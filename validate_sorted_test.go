@@ -76,3 +76,17 @@ func FuzzValidateSortedEntries(f *testing.F) {
 		checkSortedPath(t, entriesOf(spec, sorted))
 	})
 }
+
+// hasHexDigest accepts exactly the keys whose digits are all lower-case hex.
+func TestHasHexDigestEveryByte(t *testing.T) {
+	base := strings.Repeat("0123456789abcdef", 4)
+	for pos := range len(base) {
+		for c := range 256 {
+			d := base[:pos] + string([]byte{byte(c)}) + base[pos+1:]
+			want := c >= '0' && c <= '9' || c >= 'a' && c <= 'f'
+			if got := hasHexDigest(FileBlobPrefix+d, FileBlobPrefix); got != want {
+				t.Fatalf("hasHexDigest(%q) = %v, want %v", d, got, want)
+			}
+		}
+	}
+}
