@@ -232,9 +232,9 @@ func (s *Store) records(w *newCheckpoint, st threadState, seq uint64, n keys.Non
 	idx := idxRec{Thread: c.ThreadID, CreatedAt: keyFloat(c.CreatedAt), Seq: seq, Nonce: n.String()}
 	iv := idx.appendJSON(make([]byte, 0, 100+len(idx.Thread)))
 	return []*etcdserverpb.RequestOp{
-		putReq(string(s.layout.Thread(c.ThreadID)), tv),
-		putReq(string(s.layout.Checkpoint(c.ThreadID, c.CreatedAt, c.ID)), value),
-		putReq(string(s.layout.Index(c.ID)), iv),
+		putReqBytes(s.layout.Thread(c.ThreadID), tv),
+		putReqBytes(s.layout.Checkpoint(c.ThreadID, c.CreatedAt, c.ID), value),
+		putReqBytes(s.layout.Index(c.ID), iv),
 	}
 }
 
@@ -476,7 +476,7 @@ func (op *appendOp) run(ctx context.Context, pending error, pendingRev int64) (e
 			}
 		}
 		resp, err := s.raw.txn(ctx, cmps, then, []*etcdserverpb.RequestOp{
-			getReq(wk.Owner), getReq(wk.Expiry), getReq(string(s.layout.Index(c.ID))), getReq(string(s.layout.Thread(c.ThreadID))),
+			getReq(wk.Owner), getReq(wk.Expiry), getReqBytes(s.layout.Index(c.ID)), getReqBytes(s.layout.Thread(c.ThreadID)),
 		})
 		if err != nil {
 			if errors.Is(err, rpctypes.ErrKeyNotFound) && op.staging != nil {

@@ -48,7 +48,7 @@ func BenchmarkAppendPrep200(b *testing.B) {
 			then = append(then, deleteReq(k))
 		}
 		req := txnRequest(cmps, then, []*etcdserverpb.RequestOp{
-			getReq(wk.Owner), getReq(wk.Expiry), getReq(string(s.layout.Index(c.ID))), getReq(string(s.layout.Thread(c.ThreadID))),
+			getReq(wk.Owner), getReq(wk.Expiry), getReqBytes(s.layout.Index(c.ID)), getReqBytes(s.layout.Thread(c.ThreadID)),
 		})
 		if _, err := proto.Marshal(req); err != nil {
 			b.Fatal(err)

@@ -17,23 +17,56 @@ import (
 // once, by gRPC.
 
 // putReq is a put of value at key. The request keeps value, not a copy.
-func putReq(key string, value []byte) *etcdserverpb.RequestOp {
-	return &etcdserverpb.RequestOp{Request: &etcdserverpb.RequestOp_RequestPut{RequestPut: &etcdserverpb.PutRequest{Key: []byte(key), Value: value}}}
+func putReq(key string, value []byte) *etcdserverpb.RequestOp { return putReqBytes([]byte(key), value) }
+
+// putReqBytes is putReq of a key built as bytes; the request keeps both.
+// Each request and the messages inside it are one allocation.
+func putReqBytes(key, value []byte) *etcdserverpb.RequestOp {
+	r := new(struct {
+		op  etcdserverpb.RequestOp
+		one etcdserverpb.RequestOp_RequestPut
+		put etcdserverpb.PutRequest
+	})
+	r.put.Key, r.put.Value = key, value
+	r.one.RequestPut = &r.put
+	r.op.Request = &r.one
+	return &r.op
 }
 
 // detachReq keeps the value of key and drops its lease (see stage).
 func detachReq(key string) *etcdserverpb.RequestOp {
-	return &etcdserverpb.RequestOp{Request: &etcdserverpb.RequestOp_RequestPut{RequestPut: &etcdserverpb.PutRequest{Key: []byte(key), IgnoreValue: true}}}
+	r := putReq(key, nil)
+	r.GetRequestPut().IgnoreValue = true
+	return r
 }
 
 // deleteReq deletes key.
 func deleteReq(key string) *etcdserverpb.RequestOp {
-	return &etcdserverpb.RequestOp{Request: &etcdserverpb.RequestOp_RequestDeleteRange{RequestDeleteRange: &etcdserverpb.DeleteRangeRequest{Key: []byte(key)}}}
+	r := new(struct {
+		op  etcdserverpb.RequestOp
+		one etcdserverpb.RequestOp_RequestDeleteRange
+		del etcdserverpb.DeleteRangeRequest
+	})
+	r.del.Key = []byte(key)
+	r.one.RequestDeleteRange = &r.del
+	r.op.Request = &r.one
+	return &r.op
 }
 
 // getReq reads key.
-func getReq(key string) *etcdserverpb.RequestOp {
-	return &etcdserverpb.RequestOp{Request: &etcdserverpb.RequestOp_RequestRange{RequestRange: &etcdserverpb.RangeRequest{Key: []byte(key)}}}
+func getReq(key string) *etcdserverpb.RequestOp { return getReqBytes([]byte(key)) }
+
+// getReqBytes is getReq of a key built as bytes, which the request keeps.
+func getReqBytes(key []byte) *etcdserverpb.RequestOp {
+	r := new(struct {
+		op  etcdserverpb.RequestOp
+		one etcdserverpb.RequestOp_RequestRange
+		get etcdserverpb.RangeRequest
+	})
+	r.get.Key = key
+	r.one.RequestRange = &r.get
+	r.op.Request = &r.one
+	return &r.op
 }
 
 // rawKV sends built requests on a client's connection with the call options
