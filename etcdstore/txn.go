@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"context"
 	"reflect"
+	"slices"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -88,7 +89,7 @@ func newRawKV(c *clientv3.Client) *rawKV {
 		// remote that records them, with no I/O, learns them.
 		rec := &optsRecorder{}
 		_, _ = clientv3.NewKVFromKVClient(rec, c).Txn(context.Background()).Commit()
-		r.remote, r.opts = clientv3.RetryKVClient(c), rec.opts
+		r.remote, r.opts = clientv3.RetryKVClient(c), append(slices.Clip(rec.opts), requestCodecOption)
 	}
 	return r
 }
