@@ -107,9 +107,9 @@ func hasHexDigest(k, prefix string) bool {
 func notLowerHex8(x uint64) uint64 {
 	const ones, high = 0x0101010101010101, 0x8080808080808080
 	y := x &^ high
-	ge := func(lo uint64) uint64 { return y + ones*(0x80-lo) }
-	valid := (ge('0')&^ge('9'+1) | ge('a')&^ge('f'+1)) & high
-	return valid ^ high | x&high
+	digit := (y + ones*(0x80-'0')) &^ (y + ones*(0x80-'9'-1))
+	letter := (y + ones*(0x80-'a')) &^ (y + ones*(0x80-'f'-1))
+	return (digit|letter)&high ^ high | x&high
 }
 
 func isSafeSize(n int64) bool { return n >= 0 && n <= MaxSafeInteger }

@@ -74,18 +74,19 @@ func BlobShard(key string) (shard byte, d Digest, ok bool) {
 
 // parseDigest decodes 64 lower-case hex digits.
 //
-// It takes eight digits at a time as one 64-bit word (hexWord), which checks
-// and decodes them with a few word operations instead of eight table
-// look-ups: a checkpoint's blob keys are decoded on every append.
+// It takes eight digits at a time as one 64-bit word, which it checks
+// (notHex) and decodes (hexBytes) with a few word operations instead of
+// eight table look-ups: a checkpoint's blob keys are decoded on every
+// append.
 func parseDigest(digits string) (d Digest, ok bool) {
 	if len(digits) != 2*DigestLen {
 		return d, false
 	}
 	var bad uint64
 	for i := 0; i < DigestLen; i += 4 {
-		v, b := hexWord(load64(digits[2*i:]))
-		bad |= b
-		binary.LittleEndian.PutUint32(d[i:], v)
+		x := load64(digits[2*i:])
+		bad |= notHex(x)
+		binary.LittleEndian.PutUint32(d[i:], hexBytes(x))
 	}
 	return d, bad == 0
 }
@@ -98,24 +99,27 @@ func load64(s string) uint64 {
 		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
 }
 
-// hexWord decodes the eight characters of x (as load64 reads them) as
-// lower-case hex digits: the four bytes they spell, the first in the low
-// byte, and a nonzero bad unless every character is a digit or 'a' to 'f'.
-func hexWord(x uint64) (v uint32, bad uint64) {
-	const ones, high = 0x0101010101010101, 0x8080808080808080
-	// Every byte below 0x80 plus (0x80 - lo) has its high bit set exactly
-	// when it is >= lo, and carries into no other byte.
+const ones, high = 0x0101010101010101, 0x8080808080808080
+
+// notHex is nonzero unless each of the eight bytes of x is a lower-case hex
+// digit. Every byte below 0x80 plus (0x80 - lo) has its high bit set exactly
+// when it is >= lo, and carries into no other byte.
+func notHex(x uint64) uint64 {
 	y := x &^ high
-	ge := func(lo uint64) uint64 { return y + ones*(0x80-lo) }
-	valid := (ge('0')&^ge('9'+1) | ge('a')&^ge('f'+1)) & high
-	bad = (valid ^ high) | x&high
+	digit := (y + ones*(0x80-'0')) &^ (y + ones*(0x80-'9'-1))
+	letter := (y + ones*(0x80-'a')) &^ (y + ones*(0x80-'f'-1))
+	return (digit|letter)&high ^ high | x&high
+}
+
+// hexBytes returns the four bytes that the eight lower-case hex digits of x
+// (as load64 reads them) spell, the first in the low byte.
+func hexBytes(x uint64) uint32 {
 	// A digit's value is its low nibble; a letter (bit 6 set) adds 9.
 	n := x&(ones*0x0F) + (x>>6)&ones*9
 	// Pair the nibbles into bytes, then close up the gaps between them.
 	t := (n<<4 | n>>8) & 0x00FF00FF00FF00FF
 	t = (t | t>>8) & 0x0000FFFF0000FFFF
-	t = t | t>>16
-	return uint32(t), bad
+	return uint32(t | t>>16)
 }
 
 // BlobKey returns the blob key of a digest in a shard's namespace.
