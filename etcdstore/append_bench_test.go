@@ -56,3 +56,13 @@ func BenchmarkAppendPrep200(b *testing.B) {
 		w.release()
 	}
 }
+
+// BenchmarkRefPartsPooled200 is refParts as an append runs it, in arrays
+// reused from one checkpoint to the next.
+func BenchmarkRefPartsPooled200(b *testing.B) {
+	c := benchCheckpoint(200)
+	bufs := &encodeBufs{}
+	for b.Loop() {
+		refPartsWith(&c, bufs)
+	}
+}
