@@ -199,11 +199,11 @@ func (s *Store) blobs(w *newCheckpoint, thread string, seq uint64, n keys.Nonce)
 	}
 	for _, shard := range shardsOf(w.mask) {
 		if shard == keys.RootShard {
-			out = append(out, blob{key: string(s.layout.Ref(shard, thread, seq, n, 0)), value: w.root[:]})
+			out = append(out, blob{key: s.layout.Ref(shard, thread, seq, n, 0), value: w.root[:]})
 			continue
 		}
 		for part, v := range w.refs[shard] {
-			out = append(out, blob{key: string(s.layout.Ref(shard, thread, seq, n, part)), value: v})
+			out = append(out, blob{key: s.layout.Ref(shard, thread, seq, n, part), value: v})
 		}
 	}
 	return out

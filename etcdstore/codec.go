@@ -285,14 +285,18 @@ func refPartsWith(c *cairn.Checkpoint, bufs *encodeBufs) (parts [keys.NumShards]
 			n++
 		}
 	}
-	all := slices.Grow(bufs.all[:0], n)
+	// Every key is decoded in place, into all.
+	all := slices.Grow(bufs.all[:0], n)[:n]
 	// A counting sort on (namespace, first byte) orders the digests by shard
 	// and nearly by value; sorting each of its small buckets finishes it.
 	var count [2 * 256]int32
+	j := 0
 	add := func(k string) {
-		if shard, d, ok := keys.BlobShard(k); ok { // always, for a validated checkpoint
-			all = append(all, shardDigest{shard, sortable(d)})
-			count[bucketOf(shard, d[0])]++
+		sd := &all[j]
+		if shard, ok := keys.ParseBlobKey(k, &sd.d); ok { // always, for a validated checkpoint
+			sd.shard = shard
+			count[bucketOf(shard, sd.d[0])]++
+			j++
 		}
 	}
 	for i := range c.Files {
@@ -303,15 +307,16 @@ func refPartsWith(c *cairn.Checkpoint, bufs *encodeBufs) (parts [keys.NumShards]
 	for i := range c.Artifacts {
 		add(c.Artifacts[i].BlobKey)
 	}
+	all = all[:j]
 	var start [len(count) + 1]int32
 	for b, n := range count {
 		start[b+1] = start[b] + n
 	}
 	sorted := slices.Grow(bufs.sorted[:0], len(all))[:len(all)]
 	next := start
-	for _, sd := range all {
-		b := bucketOf(sd.shard, byte(sd.d[0]>>56))
-		sorted[next[b]] = sd.d
+	for i := range all {
+		b := bucketOf(all[i].shard, all[i].d[0])
+		sorted[next[b]] = all[i].d
 		next[b]++
 	}
 	for b := range count {
@@ -333,8 +338,8 @@ func refPartsWith(c *cairn.Checkpoint, bufs *encodeBufs) (parts [keys.NumShards]
 		for len(ds) > 0 {
 			n := min(per, len(ds))
 			from := len(buf)
-			for _, d := range ds[:n] {
-				buf = d.append(buf)
+			for i := range ds[:n] {
+				buf = append(buf, ds[i][:]...)
 			}
 			parts[shard] = append(parts[shard], buf[from:len(buf):len(buf)])
 			ds = ds[n:]
@@ -352,7 +357,7 @@ type encodeBufs struct {
 	body   []byte
 	refs   []byte
 	all    []shardDigest
-	sorted []sortableDigest
+	sorted []keys.Digest
 }
 
 var bufPool = sync.Pool{New: func() any { return new(encodeBufs) }}
@@ -385,33 +390,17 @@ func shardRange(shard byte) (lo, hi int) {
 
 // shardDigest is a blob key as its shard and digest.
 type shardDigest struct {
+	d     keys.Digest
 	shard byte
-	d     sortableDigest
 }
 
-// sortableDigest is a digest as four big-endian words, which compare in the
-// digest's byte order and much faster than bytes.Compare.
-type sortableDigest [4]uint64
-
-func sortable(d keys.Digest) sortableDigest {
-	var s sortableDigest
-	for i := range s {
-		s[i] = binary.BigEndian.Uint64(d[8*i:])
-	}
-	return s
-}
-
-func (s sortableDigest) append(b []byte) []byte {
-	for _, w := range s {
-		b = binary.BigEndian.AppendUint64(b, w)
-	}
-	return b
-}
-
-func compareDigests(a, b sortableDigest) int {
-	for i := range a {
-		if a[i] != b[i] {
-			if a[i] < b[i] {
+// compareDigests orders digests by their bytes, comparing them as four
+// big-endian words, which is much faster than bytes.Compare.
+func compareDigests(a, b keys.Digest) int {
+	for i := 0; i < keys.DigestLen; i += 8 {
+		x, y := binary.BigEndian.Uint64(a[i:]), binary.BigEndian.Uint64(b[i:])
+		if x != y {
+			if x < y {
 				return -1
 			}
 			return 1

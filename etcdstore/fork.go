@@ -189,7 +189,7 @@ func (op *forkOp) run(ctx context.Context, pending error, pendingRev int64) (*ca
 			// live and compared below, so its objects need no claim.
 			w.setRoot(*srcRoot)
 			tv = rootTranscript(*srcRoot)
-			tvals = []blob{{key: string(s.layout.RefThread(keys.TranscriptShard, dest)), value: srcRoot[:]}}
+			tvals = []blob{{key: s.layout.RefThread(keys.TranscriptShard, dest), value: srcRoot[:]}}
 		}
 		vals := append(s.blobs(w, dest, seq, op.nonce), tvals...)
 		if srcRoot == nil && len(transcript) > transcriptInline {

@@ -34,9 +34,10 @@ func putReqBytes(key, value []byte) *etcdserverpb.RequestOp {
 	return &r.op
 }
 
-// detachReq keeps the value of key and drops its lease (see stage).
-func detachReq(key string) *etcdserverpb.RequestOp {
-	r := putReq(key, nil)
+// detachReq keeps the value of key and drops its lease (see stage). The
+// request keeps key.
+func detachReq(key []byte) *etcdserverpb.RequestOp {
+	r := putReqBytes(key, nil)
 	r.GetRequestPut().IgnoreValue = true
 	return r
 }

@@ -55,6 +55,14 @@ type Digest [DigestLen]byte
 // BlobShard returns the shard and the digest of a valid blob key of either
 // namespace. ok is false for any other string, upper-case hex included.
 func BlobShard(key string) (shard byte, d Digest, ok bool) {
+	shard, ok = ParseBlobKey(key, &d)
+	return shard, d, ok
+}
+
+// ParseBlobKey is BlobShard decoding the digest into *d, for a caller that
+// decodes many keys into an array of its own. *d is unspecified when ok is
+// false.
+func ParseBlobKey(key string, d *Digest) (shard byte, ok bool) {
 	var ns byte
 	var digits string
 	switch {
@@ -63,24 +71,30 @@ func BlobShard(key string) (shard byte, d Digest, ok bool) {
 	case strings.HasPrefix(key, filePrefix):
 		ns, digits = 1, key[len(filePrefix):]
 	default:
-		return 0, d, false
+		return 0, false
 	}
-	d, ok = parseDigest(digits)
-	if !ok {
-		return 0, d, false
+	if !decodeDigest(digits, d) {
+		return 0, false
 	}
-	return ns<<shardBits | d[0]>>(8-shardBits), d, true
+	return ns<<shardBits | d[0]>>(8-shardBits), true
 }
 
 // parseDigest decodes 64 lower-case hex digits.
+func parseDigest(digits string) (d Digest, ok bool) {
+	ok = decodeDigest(digits, &d)
+	return d, ok
+}
+
+// decodeDigest decodes 64 lower-case hex digits into *d, and reports
+// whether they were that.
 //
 // It takes eight digits at a time as one 64-bit word, which it checks
 // (notHex) and decodes (hexBytes) with a few word operations instead of
 // eight table look-ups: a checkpoint's blob keys are decoded on every
 // append.
-func parseDigest(digits string) (d Digest, ok bool) {
+func decodeDigest(digits string, d *Digest) bool {
 	if len(digits) != 2*DigestLen {
-		return d, false
+		return false
 	}
 	var bad uint64
 	for i := 0; i < DigestLen; i += 4 {
@@ -88,7 +102,7 @@ func parseDigest(digits string) (d Digest, ok bool) {
 		bad |= notHex(x)
 		binary.LittleEndian.PutUint32(d[i:], hexBytes(x))
 	}
-	return d, bad == 0
+	return bad == 0
 }
 
 // load64 returns the first 8 bytes of s as a little-endian word: s[0] is its
