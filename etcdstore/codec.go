@@ -279,13 +279,8 @@ func refParts(c *cairn.Checkpoint) (parts [keys.NumShards][][]byte, mask uint32)
 // refPartsWith is refParts with the arrays of bufs: the parts are slices of
 // bufs.refs, which holds them until bufs is used again.
 func refPartsWith(c *cairn.Checkpoint, bufs *encodeBufs) (parts [keys.NumShards][][]byte, mask uint32) {
-	n := len(c.Artifacts)
-	for i := range c.Files {
-		if c.Files[i].Kind == cairn.KindFile {
-			n++
-		}
-	}
-	// Every key is decoded in place, into all.
+	// Every key is decoded in place, into all (at most one per entry).
+	n := len(c.Files) + len(c.Artifacts)
 	all := slices.Grow(bufs.all[:0], n)[:n]
 	// A counting sort on (namespace, first byte) orders the digests by shard
 	// and nearly by value; sorting each of its small buckets finishes it.
