@@ -90,22 +90,27 @@ func hasHexDigest(k, prefix string) bool {
 	if len(k) != len(prefix)+blobDigestLen || !strings.HasPrefix(k, prefix) {
 		return false
 	}
-	bad := byte(0)
-	for i := len(prefix); i < len(k); i++ {
-		bad |= notLowerHex[k[i]]
+	// Eight digits at a time, as one little-endian word: every blob key of
+	// every append is checked here.
+	d := k[len(prefix):]
+	bad := uint64(0)
+	for i := 0; i < blobDigestLen; i += 8 {
+		bad |= notLowerHex8(uint64(d[i]) | uint64(d[i+1])<<8 | uint64(d[i+2])<<16 | uint64(d[i+3])<<24 |
+			uint64(d[i+4])<<32 | uint64(d[i+5])<<40 | uint64(d[i+6])<<48 | uint64(d[i+7])<<56)
 	}
 	return bad == 0
 }
 
-// notLowerHex is 1 for every byte that is not a lower-case hex digit.
-var notLowerHex = func() (t [256]byte) {
-	for i := range t {
-		if !(i >= '0' && i <= '9' || i >= 'a' && i <= 'f') {
-			t[i] = 1
-		}
-	}
-	return t
-}()
+// notLowerHex8 is nonzero unless each of the eight bytes of x is a
+// lower-case hex digit. A byte below 0x80 plus (0x80 - lo) has its high bit
+// set exactly when it is >= lo, and carries into no other byte.
+func notLowerHex8(x uint64) uint64 {
+	const ones, high = 0x0101010101010101, 0x8080808080808080
+	y := x &^ high
+	digit := (y + ones*(0x80-'0')) &^ (y + ones*(0x80-'9'-1))
+	letter := (y + ones*(0x80-'a')) &^ (y + ones*(0x80-'f'-1))
+	return (digit|letter)&high ^ high | x&high
+}
 
 func isSafeSize(n int64) bool { return n >= 0 && n <= MaxSafeInteger }
 
@@ -128,11 +133,96 @@ func ValidateCreatedAt(f float64, what string) error {
 // rules mean that no entry may have a file as a proper ancestor, whatever the
 // order of the entries.
 func ValidateEntries(files []Entry) error {
+	from, err := validateSortedEntries(files)
+	if err != nil || from == len(files) {
+		return err
+	}
+	return validateEntriesFrom(files, from)
+}
+
+// maxFileChain bounds the files validateSortedEntries keeps open at once.
+const maxFileChain = 32
+
+// validateSortedEntries checks files while their paths are in strictly
+// increasing byte order, as a capture lists them, without the map that
+// validateEntriesFrom keeps. It returns the first invalid entry's error, or
+// how many entries it checked: all of them, or fewer when an entry is out of
+// order (or the files it keeps open are too many), where the map takes over.
+//
+// In that order no path repeats, and every proper ancestor of an entry comes
+// before it, so no file can be an ancestor of an earlier entry; what is left
+// to check is that no entry is beneath an earlier file. open holds the
+// earlier files that a later entry can still be beneath: f can be the parent
+// directory of a path p > f only while p < f+"0" ('0' follows '/'), that is
+// while p begins with f and the byte after it is at most '/'. So each open
+// file begins the next, and an entry is beneath one of them exactly when the
+// byte after that file's path in the entry's is '/'.
+func validateSortedEntries(files []Entry) (int, error) {
+	var chain [maxFileChain]string
+	open := chain[:0]
+	for i := range files {
+		e := &files[i]
+		if e.decodeProblem != "" || !ValidatePath(e.Path) || i > 0 && e.Path <= files[i-1].Path {
+			return i, nil // the map reports the problem, or takes over
+		}
+		for len(open) > 0 && !openTo(open[len(open)-1], e.Path) {
+			open = open[:len(open)-1]
+		}
+		for _, f := range open {
+			if e.Path[len(f)] == '/' {
+				return i, NewError(CodeInvalidEntry, "entry %q is beneath file %q", e.Path, f)
+			}
+		}
+		switch e.Kind {
+		case KindFile:
+			if !IsFileBlobKey(e.BlobKey) {
+				return i, NewError(CodeInvalidEntry, "file %q needs a blobKey of the form %s<64 hex digits>", e.Path, FileBlobPrefix)
+			}
+			if !isSafeSize(e.Size) {
+				return i, NewError(CodeInvalidEntry, "file %q size must be a non-negative safe integer", e.Path)
+			}
+			if len(open) == maxFileChain {
+				return i + 1, nil
+			}
+			open = append(open, e.Path)
+		case KindDir:
+			if e.fileFields || e.BlobKey != "" || e.Size != 0 {
+				return i, NewError(CodeInvalidEntry, "directory %q cannot have file fields", e.Path)
+			}
+		default:
+			return i, NewError(CodeInvalidEntry, "entry %q kind must be file or dir", e.Path)
+		}
+	}
+	return len(files), nil
+}
+
+// openTo reports whether an entry p > f can be beneath f or precede one
+// that is: p begins with f and the byte after it is at most '/'.
+func openTo(f, p string) bool {
+	return len(p) > len(f) && p[len(f)] <= '/' && p[:len(f)] == f
+}
+
+// validateEntriesFrom checks files[from:], files[:from] being valid.
+func validateEntriesFrom(files []Entry, from int) error {
 	// paths maps every path seen so far, and every proper ancestor of one, to
 	// what it is: an entry of a kind, an ancestor, or both.
 	paths := make(map[string]pathRole, len(files))
+	for i := range files[:from] {
+		e := &files[i]
+		if e.Kind == KindFile {
+			paths[e.Path] |= roleFile
+		} else {
+			paths[e.Path] |= roleDir
+		}
+		for j := strings.IndexByte(e.Path, '/'); j >= 0; j = nextSlash(e.Path, j) {
+			paths[e.Path[:j]] |= roleAncestor
+		}
+	}
 	prevDir := ""
-	for i := range files {
+	if from > 0 {
+		prevDir = dirOf(files[from-1].Path)
+	}
+	for i := from; i < len(files); i++ {
 		e := &files[i]
 		if e.decodeProblem != "" {
 			return NewError(CodeInvalidEntry, "%s", e.decodeProblem)
@@ -148,10 +238,7 @@ func ValidateEntries(files []Entry) error {
 		// directory is the previous entry's, its ancestors were checked and
 		// recorded with that entry, and the previous entry, a sibling, is
 		// not one of them: skip the walk.
-		dir := ""
-		if j := strings.LastIndexByte(e.Path, '/'); j >= 0 {
-			dir = e.Path[:j]
-		}
+		dir := dirOf(e.Path)
 		sameDir := i > 0 && dir != "" && dir == prevDir
 		for j := strings.IndexByte(e.Path, '/'); j >= 0 && !sameDir; j = nextSlash(e.Path, j) {
 			if paths[e.Path[:j]]&roleFile != 0 {
@@ -186,6 +273,14 @@ func ValidateEntries(files []Entry) error {
 		prevDir = dir
 	}
 	return nil
+}
+
+// dirOf returns the directory part of a path: "" for a top-level one.
+func dirOf(p string) string {
+	if j := strings.LastIndexByte(p, '/'); j >= 0 {
+		return p[:j]
+	}
+	return ""
 }
 
 // pathRole says what a path is among the entries validated so far.

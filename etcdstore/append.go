@@ -3,7 +3,6 @@ package etcdstore
 import (
 	"context"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -40,11 +39,18 @@ import (
 // thread record) is retried on the new state, with the checks run again, for
 // as long as ctx allows (see the package documentation, Contention). Errors:
 // the contract's, in its order; ctx's error; *UnknownOutcomeError.
-func (s *Store) Append(ctx context.Context, in cairn.AppendInput) (cairn.AppendResult, error) {
+func (s *Store) Append(ctx context.Context, in cairn.AppendInput) (_ cairn.AppendResult, err error) {
 	if err := cairn.CheckAppendInput(&in); err != nil {
 		return cairn.AppendResult{}, err
 	}
-	w := newCheckpointOf(&in.Checkpoint)
+	w := newCheckpointWith(&in.Checkpoint, bufPool.Get().(*encodeBufs))
+	defer func() {
+		// An error may carry a retry of the append (*UnknownOutcomeError),
+		// which needs w: only a successful append gives its arrays back.
+		if err == nil {
+			w.release()
+		}
+	}()
 	if err := w.checkSize(); err != nil {
 		return cairn.AppendResult{}, err
 	}
@@ -79,6 +85,8 @@ type newCheckpoint struct {
 	buf  []byte
 	refs [keys.NumShards][][]byte
 	mask uint32
+	// bufs holds buf and the arrays of refs.
+	bufs *encodeBufs
 
 	// root, for a checkpoint of the capacity layout, is the digest of its
 	// root object, and objects are the objects to put before the append
@@ -93,10 +101,30 @@ const metaRoom = 512
 
 // newCheckpointOf encodes c and its reference records.
 func newCheckpointOf(c *cairn.Checkpoint) *newCheckpoint {
-	w := &newCheckpoint{c: c}
-	w.setBody(encodeCheckpointAfter(c, metaRoom))
-	w.refs, w.mask = refParts(c)
+	return newCheckpointWith(c, &encodeBufs{})
+}
+
+// newCheckpointWith is newCheckpointOf in the arrays of bufs (see
+// release).
+func newCheckpointWith(c *cairn.Checkpoint, bufs *encodeBufs) *newCheckpoint {
+	w := &newCheckpoint{c: c, bufs: bufs}
+	bufs.body = encodeCheckpointInto(bufs.body, c, metaRoom)
+	w.setBody(bufs.body)
+	w.refs, w.mask = refPartsWith(c, bufs)
 	return w
+}
+
+// release gives the arrays of a version-1 checkpoint back to bufPool once
+// nothing refers to them: after the append succeeded, its last request
+// returned (gRPC encodes a request into buffers of its own before it sends
+// it, and keeps no reference to it after the call) and no retry of it can
+// follow. w is not usable afterwards.
+func (w *newCheckpoint) release() {
+	if w.root != nil || w.bufs == nil {
+		return
+	}
+	w.bufs.release()
+	w.bufs, w.buf, w.body, w.refs = nil, nil, nil, [keys.NumShards][][]byte{}
 }
 
 // setBody sets buf, metaRoom bytes and a body, and body.
@@ -171,11 +199,11 @@ func (s *Store) blobs(w *newCheckpoint, thread string, seq uint64, n keys.Nonce)
 	}
 	for _, shard := range shardsOf(w.mask) {
 		if shard == keys.RootShard {
-			out = append(out, blob{key: string(s.layout.Ref(shard, thread, seq, n, 0)), value: w.root[:]})
+			out = append(out, blob{key: s.layout.Ref(shard, thread, seq, n, 0), value: w.root[:]})
 			continue
 		}
 		for part, v := range w.refs[shard] {
-			out = append(out, blob{key: string(s.layout.Ref(shard, thread, seq, n, part)), value: v})
+			out = append(out, blob{key: s.layout.Ref(shard, thread, seq, n, part), value: v})
 		}
 	}
 	return out
@@ -200,12 +228,13 @@ func (s *Store) records(w *newCheckpoint, st threadState, seq uint64, n keys.Non
 		meta.ParentID, meta.ParentSeq, meta.ParentCreatedAt = c.ParentCheckpointID, st.rec.HeadSeq, st.rec.HeadCreatedAt
 	}
 	value := w.recordValue(meta)
-	tv, _ := json.Marshal(rec)
-	iv, _ := json.Marshal(idxRec{Thread: c.ThreadID, CreatedAt: keyFloat(c.CreatedAt), Seq: seq, Nonce: n.String()})
+	tv := rec.appendJSON(make([]byte, 0, 160+len(rec.Head)))
+	idx := idxRec{Thread: c.ThreadID, CreatedAt: keyFloat(c.CreatedAt), Seq: seq, Nonce: n.String()}
+	iv := idx.appendJSON(make([]byte, 0, 100+len(idx.Thread)))
 	return []*etcdserverpb.RequestOp{
-		putReq(string(s.layout.Thread(c.ThreadID)), tv),
-		putReq(string(s.layout.Checkpoint(c.ThreadID, c.CreatedAt, c.ID)), value),
-		putReq(string(s.layout.Index(c.ID)), iv),
+		putReqBytes(s.layout.Thread(c.ThreadID), tv),
+		putReqBytes(s.layout.Checkpoint(c.ThreadID, c.CreatedAt, c.ID), value),
+		putReqBytes(s.layout.Index(c.ID), iv),
 	}
 }
 
@@ -228,21 +257,26 @@ func keyFloat(f float64) float64 {
 
 // threadCmp compares the thread record with a known state.
 func (s *Store) threadCmp(thread string, st threadState) clientv3.Cmp {
-	k := string(s.layout.Thread(thread))
-	if st.rev == 0 {
-		return clientv3.Compare(clientv3.CreateRevision(k), "=", 0)
-	}
-	return clientv3.Compare(clientv3.ModRevision(k), "=", st.rev)
+	return clientv3.FromCompare(s.threadCompare(thread, st))
 }
 
-// idxCmp compares the index record of id: absent, or (when a pruned
+// threadCompare is threadCmp as etcd's message, for a built request.
+func (s *Store) threadCompare(thread string, st threadState) *etcdserverpb.Compare {
+	k := string(s.layout.Thread(thread))
+	if st.rev == 0 {
+		return cmpAbsent(k)
+	}
+	return cmpModRev(k, st.rev)
+}
+
+// idxCompare compares the index record of id: absent, or (when a pruned
 // checkpoint left a stale one) unchanged since it was read.
-func (s *Store) idxCmp(id string, staleRev int64) clientv3.Cmp {
+func (s *Store) idxCompare(id string, staleRev int64) *etcdserverpb.Compare {
 	k := string(s.layout.Index(id))
 	if staleRev == 0 {
-		return clientv3.Compare(clientv3.CreateRevision(k), "=", 0)
+		return cmpAbsent(k)
 	}
-	return clientv3.Compare(clientv3.ModRevision(k), "=", staleRev)
+	return cmpModRev(k, staleRev)
 }
 
 type appendOp struct {
@@ -430,8 +464,8 @@ func (op *appendOp) run(ctx context.Context, pending error, pendingRev int64) (e
 			op.claims = s.claims.of(in.Writer)
 		}
 		wk := s.writerKeys(c.ThreadID)
-		cmps := s.withGuards(append(fence.Guard(wk, in.Writer.OwnerToken, in.Writer.Fence, now),
-			s.idxCmp(c.ID, staleIdx), s.threadCmp(c.ThreadID, st)))
+		cmps := s.withRawGuards(append(fence.GuardCompares(wk, in.Writer.OwnerToken, in.Writer.Fence, now),
+			s.idxCompare(c.ID, staleIdx), s.threadCompare(c.ThreadID, st)))
 		then := append(s.records(op.w, st, seq, op.nonce), writes...)
 		// The lease's claims end with the append, in its transaction when
 		// they fit: a staged append deletes them after its publish.
@@ -442,7 +476,7 @@ func (op *appendOp) run(ctx context.Context, pending error, pendingRev int64) (e
 			}
 		}
 		resp, err := s.raw.txn(ctx, cmps, then, []*etcdserverpb.RequestOp{
-			getReq(wk.Owner), getReq(wk.Expiry), getReq(string(s.layout.Index(c.ID))), getReq(string(s.layout.Thread(c.ThreadID))),
+			getReq(wk.Owner), getReq(wk.Expiry), getReqBytes(s.layout.Index(c.ID)), getReqBytes(s.layout.Thread(c.ThreadID)),
 		})
 		if err != nil {
 			if errors.Is(err, rpctypes.ErrKeyNotFound) && op.staging != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"slices"
+	"sync"
 
 	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/keys"
@@ -154,7 +155,17 @@ func encodeCheckpoint(c *cairn.Checkpoint) []byte { return encodeCheckpointAfter
 // the room lets a checkpoint record's header go in front of the body without
 // copying the body (see newCheckpoint.recordValue).
 func encodeCheckpointAfter(c *cairn.Checkpoint, room int) []byte {
-	e := encoder{b: make([]byte, room, room+256+len(c.Conversation)+len(c.Files)*120)}
+	return encodeCheckpointInto(nil, c, room)
+}
+
+// encodeCheckpointInto is encodeCheckpointAfter into the array of dst when it
+// is large enough: room bytes (of any value), then the stored form of c.
+func encodeCheckpointInto(dst []byte, c *cairn.Checkpoint, room int) []byte {
+	need := room + 256 + len(c.Conversation) + len(c.Files)*120
+	if cap(dst) < need {
+		dst = make([]byte, room, need)
+	}
+	e := encoder{b: dst[:room]}
 	e.b = append(e.b, codecVersion)
 	e.raw(c.Conversation)
 	e.str(c.ID)
@@ -262,14 +273,25 @@ func decodeInstance(b []byte) (cairn.InstanceRecord, error) {
 // decodes each key once; the checkpoint has been validated, so every key is a
 // valid blob key.
 func refParts(c *cairn.Checkpoint) (parts [keys.NumShards][][]byte, mask uint32) {
-	all := make([]shardDigest, 0, len(c.Files)+len(c.Artifacts))
+	return refPartsWith(c, &encodeBufs{})
+}
+
+// refPartsWith is refParts with the arrays of bufs: the parts are slices of
+// bufs.refs, which holds them until bufs is used again.
+func refPartsWith(c *cairn.Checkpoint, bufs *encodeBufs) (parts [keys.NumShards][][]byte, mask uint32) {
+	// Every key is decoded in place, into all (at most one per entry).
+	n := len(c.Files) + len(c.Artifacts)
+	all := slices.Grow(bufs.all[:0], n)[:n]
 	// A counting sort on (namespace, first byte) orders the digests by shard
 	// and nearly by value; sorting each of its small buckets finishes it.
-	var count [2 * 256]int
+	var count [2 * 256]int32
+	j := 0
 	add := func(k string) {
-		if shard, d, ok := keys.BlobShard(k); ok { // always, for a validated checkpoint
-			all = append(all, shardDigest{shard, sortable(d)})
-			count[bucketOf(shard, d[0])]++
+		sd := &all[j]
+		if shard, ok := keys.ParseBlobKey(k, &sd.d); ok { // always, for a validated checkpoint
+			sd.shard = shard
+			count[bucketOf(shard, sd.d[0])]++
+			j++
 		}
 	}
 	for i := range c.Files {
@@ -280,15 +302,16 @@ func refParts(c *cairn.Checkpoint) (parts [keys.NumShards][][]byte, mask uint32)
 	for i := range c.Artifacts {
 		add(c.Artifacts[i].BlobKey)
 	}
-	var start [len(count) + 1]int
+	all = all[:j]
+	var start [len(count) + 1]int32
 	for b, n := range count {
 		start[b+1] = start[b] + n
 	}
-	sorted := make([]sortableDigest, len(all))
+	sorted := slices.Grow(bufs.sorted[:0], len(all))[:len(all)]
 	next := start
-	for _, sd := range all {
-		b := bucketOf(sd.shard, byte(sd.d[0]>>56))
-		sorted[next[b]] = sd.d
+	for i := range all {
+		b := bucketOf(all[i].shard, all[i].d[0])
+		sorted[next[b]] = all[i].d
 		next[b]++
 	}
 	for b := range count {
@@ -296,7 +319,7 @@ func refParts(c *cairn.Checkpoint) (parts [keys.NumShards][][]byte, mask uint32)
 			slices.SortFunc(sorted[start[b]:start[b+1]], compareDigests)
 		}
 	}
-	buf := make([]byte, 0, len(all)*keys.DigestLen)
+	buf := slices.Grow(bufs.refs[:0], len(all)*keys.DigestLen)
 	per := refPartBytes / keys.DigestLen
 	for shard := range keys.NumShards {
 		// The shard's buckets are contiguous: its namespace, and first bytes
@@ -310,14 +333,39 @@ func refParts(c *cairn.Checkpoint) (parts [keys.NumShards][][]byte, mask uint32)
 		for len(ds) > 0 {
 			n := min(per, len(ds))
 			from := len(buf)
-			for _, d := range ds[:n] {
-				buf = d.append(buf)
+			for i := range ds[:n] {
+				buf = append(buf, ds[i][:]...)
 			}
 			parts[shard] = append(parts[shard], buf[from:len(buf):len(buf)])
 			ds = ds[n:]
 		}
 	}
+	bufs.all, bufs.sorted, bufs.refs = all, sorted, buf
 	return parts, mask
+}
+
+// encodeBufs are the arrays that encoding a checkpoint and its reference
+// records needs; an append takes them from bufPool and gives them back when
+// its requests are done, so that a steady stream of appends does not
+// allocate them again each time.
+type encodeBufs struct {
+	body   []byte
+	refs   []byte
+	all    []shardDigest
+	sorted []keys.Digest
+}
+
+var bufPool = sync.Pool{New: func() any { return new(encodeBufs) }}
+
+// maxPooledBytes bounds the arrays kept in bufPool: those of a large
+// checkpoint are left to the collector.
+const maxPooledBytes = 256 << 10
+
+func (b *encodeBufs) release() {
+	if cap(b.body) > maxPooledBytes || cap(b.refs) > maxPooledBytes {
+		return
+	}
+	bufPool.Put(b)
 }
 
 // bucketOf numbers the (namespace, first byte) buckets of refParts in key
@@ -337,33 +385,17 @@ func shardRange(shard byte) (lo, hi int) {
 
 // shardDigest is a blob key as its shard and digest.
 type shardDigest struct {
+	d     keys.Digest
 	shard byte
-	d     sortableDigest
 }
 
-// sortableDigest is a digest as four big-endian words, which compare in the
-// digest's byte order and much faster than bytes.Compare.
-type sortableDigest [4]uint64
-
-func sortable(d keys.Digest) sortableDigest {
-	var s sortableDigest
-	for i := range s {
-		s[i] = binary.BigEndian.Uint64(d[8*i:])
-	}
-	return s
-}
-
-func (s sortableDigest) append(b []byte) []byte {
-	for _, w := range s {
-		b = binary.BigEndian.AppendUint64(b, w)
-	}
-	return b
-}
-
-func compareDigests(a, b sortableDigest) int {
-	for i := range a {
-		if a[i] != b[i] {
-			if a[i] < b[i] {
+// compareDigests orders digests by their bytes, comparing them as four
+// big-endian words, which is much faster than bytes.Compare.
+func compareDigests(a, b keys.Digest) int {
+	for i := 0; i < keys.DigestLen; i += 8 {
+		x, y := binary.BigEndian.Uint64(a[i:]), binary.BigEndian.Uint64(b[i:])
+		if x != y {
+			if x < y {
 				return -1
 			}
 			return 1

@@ -189,7 +189,7 @@ func (op *forkOp) run(ctx context.Context, pending error, pendingRev int64) (*ca
 			// live and compared below, so its objects need no claim.
 			w.setRoot(*srcRoot)
 			tv = rootTranscript(*srcRoot)
-			tvals = []blob{{key: string(s.layout.RefThread(keys.TranscriptShard, dest)), value: srcRoot[:]}}
+			tvals = []blob{{key: s.layout.RefThread(keys.TranscriptShard, dest), value: srcRoot[:]}}
 		}
 		vals := append(s.blobs(w, dest, seq, op.nonce), tvals...)
 		if srcRoot == nil && len(transcript) > transcriptInline {
@@ -213,12 +213,12 @@ func (op *forkOp) run(ctx context.Context, pending error, pendingRev int64) (*ca
 		}
 		ops := append(s.records(w, destSt, seq, op.nonce), writes...)
 		ops = append(ops, putReq(string(s.layout.Transcript(dest)), []byte(tv)))
-		cmps := s.withGuards(append(fence.Guard(wk, in.Writer.OwnerToken, in.Writer.Fence, now),
-			s.threadCmp(dest, destSt),
-			clientv3.Compare(clientv3.CreateRevision(string(s.layout.Transcript(dest))), "=", 0),
-			s.idxCmp(in.DestinationCheckpointID, ids.staleRev),
-			clientv3.Compare(clientv3.ModRevision(string(srcKV.Key)), "=", srcKV.ModRevision),
-			s.threadCmp(src.ThreadID, srcSt),
+		cmps := s.withRawGuards(append(fence.GuardCompares(wk, in.Writer.OwnerToken, in.Writer.Fence, now),
+			s.threadCompare(dest, destSt),
+			cmpAbsent(string(s.layout.Transcript(dest))),
+			s.idxCompare(in.DestinationCheckpointID, ids.staleRev),
+			cmpModRev(string(srcKV.Key), srcKV.ModRevision),
+			s.threadCompare(src.ThreadID, srcSt),
 		))
 		resp, err := s.raw.txn(ctx, cmps, ops, nil)
 		if err != nil {

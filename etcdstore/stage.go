@@ -11,7 +11,7 @@ import (
 // blob is one value a write stores under one key: a chunk of a checkpoint or
 // transcript body, or one part of a reference record.
 type blob struct {
-	key   string
+	key   []byte
 	value []byte
 }
 
@@ -65,7 +65,7 @@ func (s *Store) stage(ctx context.Context, vals []blob) (*stager, error) {
 				return nil, fmt.Errorf("etcdstore: stage: %w", err)
 			}
 		}
-		batch = append(batch, clientv3.OpPut(v.key, string(v.value), lease))
+		batch = append(batch, clientv3.OpPut(string(v.key), string(v.value), lease))
 		size += len(v.value) + len(v.key)
 	}
 	if err := flush(); err != nil {
@@ -79,7 +79,7 @@ func (s *Store) stage(ctx context.Context, vals []blob) (*stager, error) {
 func detach(vals []blob) []clientv3.Op {
 	ops := make([]clientv3.Op, len(vals))
 	for i, v := range vals {
-		ops[i] = clientv3.OpPut(v.key, "", clientv3.WithIgnoreValue())
+		ops[i] = clientv3.OpPut(string(v.key), "", clientv3.WithIgnoreValue())
 	}
 	return ops
 }
@@ -98,7 +98,7 @@ func detachReqs(vals []blob) []*etcdserverpb.RequestOp {
 func putReqs(vals []blob) []*etcdserverpb.RequestOp {
 	ops := make([]*etcdserverpb.RequestOp, len(vals))
 	for i, v := range vals {
-		ops[i] = putReq(v.key, v.value)
+		ops[i] = putReqBytes(v.key, v.value)
 	}
 	return ops
 }
@@ -131,7 +131,7 @@ func chunks(b []byte, key func(i int) []byte) []blob {
 	var out []blob
 	for i := 0; i == 0 || len(b) > 0; i++ {
 		n := min(len(b), ChunkSize)
-		out = append(out, blob{key: string(key(i)), value: b[:n]})
+		out = append(out, blob{key: key(i), value: b[:n]})
 		b = b[n:]
 	}
 	return out

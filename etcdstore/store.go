@@ -293,15 +293,6 @@ func encodeMeta(m ckptMeta) []byte {
 	return append(metaHeader(m), m.Body...)
 }
 
-// metaHeader returns what a checkpoint record's value holds before the body:
-// the length of the JSON of m as a uvarint, and that JSON.
-func metaHeader(m ckptMeta) []byte {
-	j, _ := json.Marshal(m)
-	h := make([]byte, 0, binary.MaxVarintLen64+len(j))
-	h = binary.AppendUvarint(h, uint64(len(j)))
-	return append(h, j...)
-}
-
 // decodeMeta decodes a checkpoint record's value. Body aliases v.
 func decodeMeta(v []byte) (ckptMeta, error) {
 	var m ckptMeta

@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"context"
 	"reflect"
+	"slices"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -17,23 +18,57 @@ import (
 // once, by gRPC.
 
 // putReq is a put of value at key. The request keeps value, not a copy.
-func putReq(key string, value []byte) *etcdserverpb.RequestOp {
-	return &etcdserverpb.RequestOp{Request: &etcdserverpb.RequestOp_RequestPut{RequestPut: &etcdserverpb.PutRequest{Key: []byte(key), Value: value}}}
+func putReq(key string, value []byte) *etcdserverpb.RequestOp { return putReqBytes([]byte(key), value) }
+
+// putReqBytes is putReq of a key built as bytes; the request keeps both.
+// Each request and the messages inside it are one allocation.
+func putReqBytes(key, value []byte) *etcdserverpb.RequestOp {
+	r := new(struct {
+		op  etcdserverpb.RequestOp
+		one etcdserverpb.RequestOp_RequestPut
+		put etcdserverpb.PutRequest
+	})
+	r.put.Key, r.put.Value = key, value
+	r.one.RequestPut = &r.put
+	r.op.Request = &r.one
+	return &r.op
 }
 
-// detachReq keeps the value of key and drops its lease (see stage).
-func detachReq(key string) *etcdserverpb.RequestOp {
-	return &etcdserverpb.RequestOp{Request: &etcdserverpb.RequestOp_RequestPut{RequestPut: &etcdserverpb.PutRequest{Key: []byte(key), IgnoreValue: true}}}
+// detachReq keeps the value of key and drops its lease (see stage). The
+// request keeps key.
+func detachReq(key []byte) *etcdserverpb.RequestOp {
+	r := putReqBytes(key, nil)
+	r.GetRequestPut().IgnoreValue = true
+	return r
 }
 
 // deleteReq deletes key.
 func deleteReq(key string) *etcdserverpb.RequestOp {
-	return &etcdserverpb.RequestOp{Request: &etcdserverpb.RequestOp_RequestDeleteRange{RequestDeleteRange: &etcdserverpb.DeleteRangeRequest{Key: []byte(key)}}}
+	r := new(struct {
+		op  etcdserverpb.RequestOp
+		one etcdserverpb.RequestOp_RequestDeleteRange
+		del etcdserverpb.DeleteRangeRequest
+	})
+	r.del.Key = []byte(key)
+	r.one.RequestDeleteRange = &r.del
+	r.op.Request = &r.one
+	return &r.op
 }
 
 // getReq reads key.
-func getReq(key string) *etcdserverpb.RequestOp {
-	return &etcdserverpb.RequestOp{Request: &etcdserverpb.RequestOp_RequestRange{RequestRange: &etcdserverpb.RangeRequest{Key: []byte(key)}}}
+func getReq(key string) *etcdserverpb.RequestOp { return getReqBytes([]byte(key)) }
+
+// getReqBytes is getReq of a key built as bytes, which the request keeps.
+func getReqBytes(key []byte) *etcdserverpb.RequestOp {
+	r := new(struct {
+		op  etcdserverpb.RequestOp
+		one etcdserverpb.RequestOp_RequestRange
+		get etcdserverpb.RangeRequest
+	})
+	r.get.Key = key
+	r.one.RequestRange = &r.get
+	r.op.Request = &r.one
+	return &r.op
 }
 
 // rawKV sends built requests on a client's connection with the call options
@@ -55,7 +90,7 @@ func newRawKV(c *clientv3.Client) *rawKV {
 		// remote that records them, with no I/O, learns them.
 		rec := &optsRecorder{}
 		_, _ = clientv3.NewKVFromKVClient(rec, c).Txn(context.Background()).Commit()
-		r.remote, r.opts = clientv3.RetryKVClient(c), rec.opts
+		r.remote, r.opts = clientv3.RetryKVClient(c), append(slices.Clip(rec.opts), requestCodecOption)
 	}
 	return r
 }
@@ -73,21 +108,53 @@ func (o *optsRecorder) Txn(_ context.Context, _ *etcdserverpb.TxnRequest, opts .
 }
 
 // txn commits one transaction: If cmps, Then then, Else els. Its errors are
-// those of clientv3's Txn.Commit.
-func (r *rawKV) txn(ctx context.Context, cmps []clientv3.Cmp, then, els []*etcdserverpb.RequestOp) (*clientv3.TxnResponse, error) {
+// those of clientv3's Txn.Commit. The request keeps cmps, then and els.
+func (r *rawKV) txn(ctx context.Context, cmps []*etcdserverpb.Compare, then, els []*etcdserverpb.RequestOp) (*clientv3.TxnResponse, error) {
 	if !r.direct {
-		return r.client.Txn(ctx).If(cmps...).Then(clientOps(then)...).Else(clientOps(els)...).Commit()
+		cs := make([]clientv3.Cmp, len(cmps))
+		for i, c := range cmps {
+			cs[i] = clientv3.FromCompare(c)
+		}
+		return r.client.Txn(ctx).If(cs...).Then(clientOps(then)...).Else(clientOps(els)...).Commit()
 	}
-	req := &etcdserverpb.TxnRequest{Compare: make([]*etcdserverpb.Compare, len(cmps)), Success: then, Failure: els}
-	for i := range cmps {
-		c := cmps[i].Clone() // as clientv3's If does: the guards are shared
-		req.Compare[i] = c.GetCompare()
-	}
-	resp, err := r.remote.Txn(ctx, req, r.opts...)
+	resp, err := r.remote.Txn(ctx, txnRequest(cmps, then, els), r.opts...)
 	if err != nil {
 		return nil, clientv3.ContextError(ctx, err)
 	}
 	return (*clientv3.TxnResponse)(resp), nil
+}
+
+// txnRequest builds the request of a transaction.
+func txnRequest(cmps []*etcdserverpb.Compare, then, els []*etcdserverpb.RequestOp) *etcdserverpb.TxnRequest {
+	return &etcdserverpb.TxnRequest{Compare: cmps, Success: then, Failure: els}
+}
+
+// The comparisons of a built request. clientv3.Compare copies each
+// comparison it makes by reflection (proto.Clone); these are built directly.
+
+// cmpAbsent holds when key does not exist.
+func cmpAbsent(key string) *etcdserverpb.Compare {
+	return &etcdserverpb.Compare{Result: etcdserverpb.Compare_EQUAL, Target: etcdserverpb.Compare_CREATE, Key: []byte(key),
+		TargetUnion: &etcdserverpb.Compare_CreateRevision{}}
+}
+
+// cmpModRev holds when key was last written at revision rev.
+func cmpModRev(key string, rev int64) *etcdserverpb.Compare {
+	return &etcdserverpb.Compare{Result: etcdserverpb.Compare_EQUAL, Target: etcdserverpb.Compare_MOD, Key: []byte(key),
+		TargetUnion: &etcdserverpb.Compare_ModRevision{ModRevision: rev}}
+}
+
+// withRawGuards appends the store's guards to a write's comparisons, each a
+// copy of its fields: a guard is shared by concurrent writes, and clientv3
+// copies the comparisons of every request (by reflection) for that reason.
+// The key and the target are never changed once built, so the copies share
+// them.
+func (s *Store) withRawGuards(cmps []*etcdserverpb.Compare) []*etcdserverpb.Compare {
+	for i := range s.guards {
+		g := s.guards[i].GetCompare()
+		cmps = append(cmps, &etcdserverpb.Compare{Result: g.Result, Target: g.Target, Key: g.Key, TargetUnion: g.TargetUnion, RangeEnd: g.RangeEnd})
+	}
+	return cmps
 }
 
 // clientOps turns built requests into clientv3.Op values, for a client whose

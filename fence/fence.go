@@ -165,6 +165,20 @@ func Guard(k Keys, token string, fence int64, now float64) []clientv3.Cmp {
 	}
 }
 
+// GuardCompares returns Guard's comparisons as etcd's own messages, for a
+// caller that builds its request directly: clientv3.Compare copies every
+// comparison it makes by reflection, these are built as they are.
+func GuardCompares(k Keys, token string, fence int64, now float64) []*etcdserverpb.Compare {
+	return []*etcdserverpb.Compare{
+		{Result: etcdserverpb.Compare_EQUAL, Target: etcdserverpb.Compare_MOD, Key: []byte(k.Owner),
+			TargetUnion: &etcdserverpb.Compare_ModRevision{ModRevision: fence}},
+		{Result: etcdserverpb.Compare_EQUAL, Target: etcdserverpb.Compare_VALUE, Key: []byte(k.Owner),
+			TargetUnion: &etcdserverpb.Compare_Value{Value: []byte(token)}},
+		{Result: etcdserverpb.Compare_GREATER, Target: etcdserverpb.Compare_VALUE, Key: []byte(k.Expiry),
+			TargetUnion: &etcdserverpb.Compare_Value{Value: keys.Float64(now)}},
+	}
+}
+
 // IfNotCurrent returns a nested transaction that runs ops only when the lease
 // (token, fence) is not current at now: its record was replaced or deleted,
 // or it holds another token, or its stored expiry is not after now. Once a

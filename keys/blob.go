@@ -1,6 +1,7 @@
 package keys
 
 import (
+	"encoding/binary"
 	"encoding/hex"
 	"strings"
 )
@@ -54,6 +55,14 @@ type Digest [DigestLen]byte
 // BlobShard returns the shard and the digest of a valid blob key of either
 // namespace. ok is false for any other string, upper-case hex included.
 func BlobShard(key string) (shard byte, d Digest, ok bool) {
+	shard, ok = ParseBlobKey(key, &d)
+	return shard, d, ok
+}
+
+// ParseBlobKey is BlobShard decoding the digest into *d, for a caller that
+// decodes many keys into an array of its own. *d is unspecified when ok is
+// false.
+func ParseBlobKey(key string, d *Digest) (shard byte, ok bool) {
 	var ns byte
 	var digits string
 	switch {
@@ -62,43 +71,70 @@ func BlobShard(key string) (shard byte, d Digest, ok bool) {
 	case strings.HasPrefix(key, filePrefix):
 		ns, digits = 1, key[len(filePrefix):]
 	default:
-		return 0, d, false
+		return 0, false
 	}
-	d, ok = parseDigest(digits)
-	if !ok {
-		return 0, d, false
+	if !decodeDigest(digits, d) {
+		return 0, false
 	}
-	return ns<<shardBits | d[0]>>(8-shardBits), d, true
+	return ns<<shardBits | d[0]>>(8-shardBits), true
 }
 
 // parseDigest decodes 64 lower-case hex digits.
 func parseDigest(digits string) (d Digest, ok bool) {
-	if len(digits) != 2*DigestLen {
-		return d, false
-	}
-	bad := byte(0)
-	for i := range DigestLen {
-		hi, lo := hexValue[digits[2*i]], hexValue[digits[2*i+1]]
-		bad |= hi | lo
-		d[i] = hi<<4 | lo&0x0F
-	}
-	return d, bad&0xF0 == 0
+	ok = decodeDigest(digits, &d)
+	return d, ok
 }
 
-// hexValue maps a lower-case hex digit to its value and any other byte to
-// 0xFF.
-var hexValue = func() (t [256]byte) {
-	for i := range t {
-		t[i] = 0xFF
+// decodeDigest decodes 64 lower-case hex digits into *d, and reports
+// whether they were that.
+//
+// It takes eight digits at a time as one 64-bit word, which it checks
+// (notHex) and decodes (hexBytes) with a few word operations instead of
+// eight table look-ups: a checkpoint's blob keys are decoded on every
+// append.
+func decodeDigest(digits string, d *Digest) bool {
+	if len(digits) != 2*DigestLen {
+		return false
 	}
-	for c := byte('0'); c <= '9'; c++ {
-		t[c] = c - '0'
+	var bad uint64
+	for i := 0; i < DigestLen; i += 4 {
+		x := load64(digits[2*i:])
+		bad |= notHex(x)
+		binary.LittleEndian.PutUint32(d[i:], hexBytes(x))
 	}
-	for c := byte('a'); c <= 'f'; c++ {
-		t[c] = c - 'a' + 10
-	}
-	return t
-}()
+	return bad == 0
+}
+
+// load64 returns the first 8 bytes of s as a little-endian word: s[0] is its
+// low byte. The compiler makes it one load.
+func load64(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+const ones, high = 0x0101010101010101, 0x8080808080808080
+
+// notHex is nonzero unless each of the eight bytes of x is a lower-case hex
+// digit. Every byte below 0x80 plus (0x80 - lo) has its high bit set exactly
+// when it is >= lo, and carries into no other byte.
+func notHex(x uint64) uint64 {
+	y := x &^ high
+	digit := (y + ones*(0x80-'0')) &^ (y + ones*(0x80-'9'-1))
+	letter := (y + ones*(0x80-'a')) &^ (y + ones*(0x80-'f'-1))
+	return (digit|letter)&high ^ high | x&high
+}
+
+// hexBytes returns the four bytes that the eight lower-case hex digits of x
+// (as load64 reads them) spell, the first in the low byte.
+func hexBytes(x uint64) uint32 {
+	// A digit's value is its low nibble; a letter (bit 6 set) adds 9.
+	n := x&(ones*0x0F) + (x>>6)&ones*9
+	// Pair the nibbles into bytes, then close up the gaps between them.
+	t := (n<<4 | n>>8) & 0x00FF00FF00FF00FF
+	t = (t | t>>8) & 0x0000FFFF0000FFFF
+	return uint32(t | t>>16)
+}
 
 // BlobKey returns the blob key of a digest in a shard's namespace.
 func BlobKey(shard byte, d Digest) string {

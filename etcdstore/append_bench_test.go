@@ -1,0 +1,68 @@
+package etcdstore
+
+import (
+	"strings"
+	"testing"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/fence"
+	"github.com/cairnstore/cairn/keys"
+)
+
+// BenchmarkAppendPrep200 is the client-side work of a 200-entry append up to
+// the marshalled request, without I/O: the checks, the body and reference
+// records, the records, the comparisons and the request's encoding.
+func BenchmarkAppendPrep200(b *testing.B) {
+	s := &Store{layout: keys.NewLayout("/cairn-bench/b1/")}
+	c := benchCheckpoint(200)
+	c.ThreadID, c.ParentCheckpointID = "b1-thread", "parent-checkpoint-0001"
+	c.Conversation = []byte(`[{"role":"user","content":"` + strings.Repeat("x", 1000) + `"}]`)
+	in := cairn.AppendInput{Checkpoint: c, ExpectedHeadID: c.ParentCheckpointID,
+		Writer: cairn.Writer{ThreadID: c.ThreadID, OwnerToken: "owner-token-0123456789", Fence: 1234}}
+	st := threadState{rec: threadRec{Head: c.ParentCheckpointID, HeadSeq: 41, HeadCreatedAt: 1.7e12, LastSeq: 41, Op: newNonce().String()}, rev: 999}
+	claims := make([]string, 10)
+	for i := range claims {
+		claims[i] = string(s.layout.Claim(keys.Blob{NS: keys.NSFile, Digest: keys.Digest{byte(i)}}, c.ThreadID, 1234))
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := cairn.CheckAppendInput(&in); err != nil {
+			b.Fatal(err)
+		}
+		w := newCheckpointWith(&in.Checkpoint, bufPool.Get().(*encodeBufs))
+		if err := w.checkSize(); err != nil {
+			b.Fatal(err)
+		}
+		n := newNonce()
+		seq := st.rec.LastSeq + 1
+		vals := s.blobs(w, c.ThreadID, seq, n)
+		writes := putReqs(vals)
+		wk := s.writerKeys(c.ThreadID)
+		cmps := s.withRawGuards(append(fence.GuardCompares(wk, in.Writer.OwnerToken, in.Writer.Fence, 1.7e12),
+			s.idxCompare(c.ID, 0), s.threadCompare(c.ThreadID, st)))
+		then := append(s.records(w, st, seq, n), writes...)
+		for _, k := range claims {
+			then = append(then, deleteReq(k))
+		}
+		req := txnRequest(cmps, then, []*etcdserverpb.RequestOp{
+			getReq(wk.Owner), getReq(wk.Expiry), getReqBytes(s.layout.Index(c.ID)), getReqBytes(s.layout.Thread(c.ThreadID)),
+		})
+		if _, err := proto.Marshal(req); err != nil {
+			b.Fatal(err)
+		}
+		w.release()
+	}
+}
+
+// BenchmarkRefPartsPooled200 is refParts as an append runs it, in arrays
+// reused from one checkpoint to the next.
+func BenchmarkRefPartsPooled200(b *testing.B) {
+	c := benchCheckpoint(200)
+	bufs := &encodeBufs{}
+	for b.Loop() {
+		refPartsWith(&c, bufs)
+	}
+}
