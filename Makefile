@@ -26,10 +26,10 @@ $(TESTSUM): $(wildcard internal/testsum/*.go)
 	@$(GO) build -o $@ ./internal/testsum
 
 # PKGS narrows unit (and test) to some packages, e.g. make unit PKGS=./keys/...
-# The default lists the two longest packages first (go test runs them in the
-# order listed, two at a time on two cores): the integration suite spends
-# most of its time in campaigns of a fixed length, which the other packages'
-# tests then fill instead of running after them.
+# The default lists the two longest packages first (go test starts them in
+# the order listed, two at a time on two cores), so that the short packages
+# fill whichever slot frees first instead of leaving the longest to run alone
+# at the end.
 PKGS ?= ./integration/... ./etcdstore/... ./...
 
 # run-unit and run-fuzz are the steps of unit, fuzz and test; each keeps its
