@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -53,6 +54,13 @@ func (s *Store) ClaimBlobs(ctx context.Context, w cairn.Writer, blobKeys []strin
 // claim is ClaimBlobs without the input checks, for blobs sorted and
 // distinct; the store claims its body objects (namespace 2) through it.
 func (s *Store) claim(ctx context.Context, w cairn.Writer, blobs []keys.Blob) ([]string, error) {
+	return s.claimEach(ctx, w, blobs, nil)
+}
+
+// claimEach claims blobs as claim does and, when claimed is not nil, calls
+// it, possibly from several goroutines at once, with the blobs of each batch
+// as soon as that batch's claim has committed, its busy blobs left out.
+func (s *Store) claimEach(ctx context.Context, w cairn.Writer, blobs []keys.Blob, claimed func([]keys.Blob)) ([]string, error) {
 	lease, err := s.fences.Lease(ctx)
 	if err != nil {
 		return nil, err
@@ -62,7 +70,7 @@ func (s *Store) claim(ctx context.Context, w cairn.Writer, blobs []keys.Blob) ([
 	for i := 0; i == 0 || i < len(blobs); i += n {
 		batches = append(batches, blobs[i:min(i+n, len(blobs))])
 	}
-	busy, err := s.claimBatches(ctx, w, lease, batches)
+	busy, err := s.claimBatches(ctx, w, lease, batches, claimed)
 	if err != nil {
 		if errors.Is(err, cairn.ErrWriterLost) {
 			s.deleteClaims(ctx, w)
@@ -79,12 +87,19 @@ func (s *Store) claim(ctx context.Context, w cairn.Writer, blobs []keys.Blob) ([
 const claimParallel = 4
 
 // claimBatches claims the batches, up to claimParallel at a time, and returns
-// the busy keys in order.
-func (s *Store) claimBatches(ctx context.Context, w cairn.Writer, lease clientv3.LeaseID, batches [][]keys.Blob) ([]string, error) {
+// the busy keys in order; it calls claimed (when not nil) as claimEach says.
+func (s *Store) claimBatches(ctx context.Context, w cairn.Writer, lease clientv3.LeaseID, batches [][]keys.Blob, claimed func([]keys.Blob)) ([]string, error) {
 	busy := make([][]string, len(batches))
 	err := forEach(ctx, len(batches), claimParallel, func(ctx context.Context, i int) (err error) {
-		busy[i], err = s.claimBatch(ctx, w, lease, batches[i])
-		return err
+		if busy[i], err = s.claimBatch(ctx, w, lease, batches[i]); err != nil || claimed == nil {
+			return err
+		}
+		done := batches[i]
+		if len(busy[i]) > 0 {
+			done = slices.DeleteFunc(slices.Clone(done), func(b keys.Blob) bool { return slices.Contains(busy[i], b.Key()) })
+		}
+		claimed(done)
+		return nil
 	})
 	if err != nil {
 		return nil, err

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 
 	"github.com/cairnstore/cairn"
@@ -175,48 +174,16 @@ func (s *Store) putObjects(ctx context.Context, w cairn.Writer, objs []object) e
 // batch whose claim has committed, as soon as it has. Busy blobs are waited
 // for and claimed again until every blob has been passed to claimed once.
 func (s *Store) claimThen(ctx context.Context, w cairn.Writer, blobs []keys.Blob, claimed func([]keys.Blob)) error {
-	lease, err := s.fences.Lease(ctx)
-	if err != nil {
-		return err
-	}
-	n := s.batchOf(claimBatch, 1, 3)
-	for len(blobs) > 0 {
-		var batches [][]keys.Blob
-		for i := 0; i < len(blobs); i += n {
-			batches = append(batches, blobs[i:min(i+n, len(blobs))])
-		}
-		busy := make([][]string, len(batches))
-		err := forEach(ctx, len(batches), claimParallel, func(ctx context.Context, i int) (err error) {
-			if busy[i], err = s.claimBatch(ctx, w, lease, batches[i]); err != nil {
-				return err
-			}
-			done := batches[i]
-			if len(busy[i]) > 0 {
-				done = slices.DeleteFunc(slices.Clone(done), func(b keys.Blob) bool { return slices.Contains(busy[i], b.Key()) })
-			}
-			claimed(done)
-			return nil
-		})
-		if err != nil {
-			if errors.Is(err, cairn.ErrWriterLost) {
-				s.deleteClaims(ctx, w)
-			}
+	for {
+		busy, err := s.claimEach(ctx, w, blobs, claimed)
+		if err != nil || len(busy) == 0 {
 			return err
 		}
-		s.dropSuperseded(ctx, w.ThreadID, w.Fence)
-		var again []string
-		for _, b := range busy {
-			again = append(again, b...)
-		}
-		if len(again) == 0 {
-			return nil
-		}
-		blobs = blobsOf(again)
+		blobs = blobsOf(busy)
 		if err := s.waitBlobs(ctx, blobs); err != nil {
 			return err
 		}
 	}
-	return nil
 }
 
 // object returns the verified bytes of the object with digest d, from the
