@@ -770,16 +770,6 @@ type refListing struct {
 	keyOrder bool
 }
 
-// countReferences is countListings for listings that are all in key order
-// (version-1 roots).
-func countReferences(listings [][]keys.Digest, fetch func(key string) ([]byte, error)) ([]cairn.BlobReference, error) {
-	ls := make([]refListing, len(listings))
-	for i, l := range listings {
-		ls[i] = refListing{chunks: l, keyOrder: true}
-	}
-	return countListings(ls, fetch)
-}
-
 // countListings computes exact blob reference counts from the reference
 // chunk lists of the live checkpoints (one listing per checkpoint). A key's
 // count is the number of listings that name the chunk holding it, summed

@@ -994,3 +994,13 @@ func TestObjectCapacityWorkload(t *testing.T) {
 		float64(sum.refs)/n, float64(sum.refBytes)/n/1024, float64(sum.root)/n,
 		float64(sum.leafBytes+sum.chunkBytes+sum.refBytes+sum.root)/n/1024, float64(sum.list)/n)
 }
+
+// countReferences is countListings for listings that are all in key order
+// (version-1 roots).
+func countReferences(listings [][]keys.Digest, fetch func(key string) ([]byte, error)) ([]cairn.BlobReference, error) {
+	ls := make([]refListing, len(listings))
+	for i, l := range listings {
+		ls[i] = refListing{chunks: l, keyOrder: true}
+	}
+	return countListings(ls, fetch)
+}
