@@ -97,7 +97,9 @@ func newStore(baseURL string, opts Options, h *headers) *Store {
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	co := append([]connect.ClientOption{connect.WithInterceptors(h)}, opts.ClientOptions...)
+	// wire.Codec encodes and decodes exactly as Connect's own binary codec,
+	// without its per-entry cost on the messages that carry a checkpoint.
+	co := append([]connect.ClientOption{connect.WithInterceptors(h), connect.WithCodec(wire.Codec{})}, opts.ClientOptions...)
 	return &Store{
 		cp:   cairnv1connect.NewCheckpointServiceClient(hc, baseURL, co...),
 		inst: cairnv1connect.NewInstanceServiceClient(hc, baseURL, co...),

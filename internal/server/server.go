@@ -139,6 +139,9 @@ func (srv *Server) Handler() http.Handler {
 		// a local network; large ones (a big checkpoint, a page of
 		// references) are still compressed for clients that accept gzip.
 		connect.WithCompressMinBytes(compressMinBytes),
+		// The binary codec of package proto, without its per-entry cost
+		// on the messages that carry a checkpoint.
+		connect.WithCodec(wire.Codec{}),
 	}
 	mux := http.NewServeMux()
 	mux.Handle(cairnv1connect.NewCheckpointServiceHandler(&checkpoints{srv}, opts...))

@@ -70,17 +70,20 @@ func ToCheckpoint(c *cairn.Checkpoint) *cairnv1.Checkpoint {
 			m.Conversation = []byte{}
 		}
 	}
+	// The entries and their optional fields come from one slice each.
 	entries := make([]cairnv1.Entry, len(c.Files))
+	keys := make([]string, len(c.Files))
+	sizes := make([]float64, len(c.Files))
 	for i, e := range c.Files {
 		w := &entries[i]
 		w.Path, w.Kind = e.Path, string(e.Kind)
 		if e.Kind == cairn.KindFile || e.BlobKey != "" {
-			k := e.BlobKey
-			w.BlobKey = &k
+			keys[i] = e.BlobKey
+			w.BlobKey = &keys[i]
 		}
 		if e.Kind == cairn.KindFile || e.Size != 0 {
-			s := float64(e.Size)
-			w.Size = &s
+			sizes[i] = float64(e.Size)
+			w.Size = &sizes[i]
 		}
 		m.Files[i] = w
 	}
