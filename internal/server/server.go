@@ -156,7 +156,7 @@ func (srv *Server) Handler() http.Handler {
 	if srv.gatherer != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(srv.gatherer, promhttp.HandlerOpts{}))
 	}
-	return mux
+	return wholeResponses(mux)
 }
 
 // readyTimeout bounds the etcd read of /readyz.
