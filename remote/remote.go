@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 
 	"connectrpc.com/connect"
 
@@ -37,8 +38,9 @@ const (
 type Options struct {
 	// Token is the bearer token that selects the tenant.
 	Token string
-	// HTTPClient sends the requests; nil selects http.DefaultClient. For
-	// gRPC (connect.WithGRPC) it must speak HTTP/2.
+	// HTTPClient sends the requests; nil selects a client shared by the
+	// stores of this package, on a NewTransport. For gRPC
+	// (connect.WithGRPC) it must speak HTTP/2.
 	HTTPClient connect.HTTPClient
 	// ClientOptions are passed to every Connect client, e.g.
 	// connect.WithGRPC() or connect.WithProtoJSON(). The default is the
@@ -92,10 +94,28 @@ func New(baseURL string, opts Options) *Store {
 	return newStore(baseURL, opts, &headers{token: opts.Token})
 }
 
+// NewTransport returns an HTTP transport for cairnd: http.DefaultTransport's
+// settings (proxies from the environment, dial and TLS timeouts, HTTP/2 over
+// TLS) with 64 KiB read and write buffers instead of 4 KiB, so that a
+// checkpoint of tens of KiB is written in one system call instead of one per
+// 4 KiB, and 64 idle connections per host instead of 2, so that concurrent
+// calls reuse their connections. Set its TLSClientConfig for client
+// certificates or a private CA.
+func NewTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.WriteBufferSize = 64 << 10
+	t.ReadBufferSize = 64 << 10
+	t.MaxIdleConnsPerHost = 64
+	return t
+}
+
+// defaultClient is the HTTP client of stores whose Options name none.
+var defaultClient = sync.OnceValue(func() *http.Client { return &http.Client{Transport: NewTransport()} })
+
 func newStore(baseURL string, opts Options, h *headers) *Store {
 	hc := opts.HTTPClient
 	if hc == nil {
-		hc = http.DefaultClient
+		hc = defaultClient()
 	}
 	// wire.Codec encodes and decodes exactly as Connect's own binary codec,
 	// without its per-entry cost on the messages that carry a checkpoint.

@@ -77,7 +77,7 @@ func (r *runner) b10(ctx context.Context) ([]Row, error) {
 		return nil, err
 	}
 	defer stopServer()
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	hc := &http.Client{Transport: remote.NewTransport()}
 	defer hc.CloseIdleConnections()
 	rem := remote.New(url, remote.Options{Token: b10Token, HTTPClient: hc})
 
