@@ -139,7 +139,7 @@ func TestChecksCatchABrokenStore(t *testing.T) {
 		c.artifacts = t.TempDir()
 		defer c.closeStores()
 		c.setupSource()
-		if err := c.runWorkload(8*time.Second, workloadConfig{threads: 2, writersPerThread: 3, staleOneIn: 1}, nil); err != nil {
+		if err := c.runWorkload(8*time.Second, workloadConfig{threads: 2, writersPerThread: 3, staleOneIn: 1}, nil, nil); err != nil {
 			t.Fatal(err)
 		}
 		ops := c.hist.Operations()

@@ -100,18 +100,33 @@ type faultInjector struct {
 	r       *rand.Rand
 	mu      sync.Mutex
 	applied []string
+	kinds   map[string]int // faults applied, by kind
 }
 
-func (f *faultInjector) note(format string, args ...any) {
+// faultKinds are the kinds of fault, in the order the injector applies them.
+var faultKinds = []string{"kill-leader", "partition", "kill-follower", "pause-leader"}
+
+func (f *faultInjector) note(kind, format string, args ...any) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	msg := fmt.Sprintf(format, args...)
 	f.applied = append(f.applied, msg)
+	if f.kinds == nil {
+		f.kinds = map[string]int{}
+	}
+	f.kinds[kind]++
 	f.t.Logf("fault: %s", msg)
 }
 
+// covered reports whether every kind of fault has been applied at least once.
+func (f *faultInjector) covered() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.kinds) == len(faultKinds)
+}
+
 func (f *faultInjector) run(ctx context.Context) error {
-	kinds := []string{"kill-leader", "partition", "kill-follower", "pause-leader"}
+	kinds := faultKinds
 	for i := 0; ; i++ {
 		pause(ctx, f.r, 700*time.Millisecond, 1500*time.Millisecond)
 		if ctx.Err() != nil {
@@ -132,7 +147,7 @@ func (f *faultInjector) run(ctx context.Context) error {
 				cancel()
 				return err
 			}
-			f.note("SIGKILL leader %s, restarted after %v", leader.Name, time.Since(start).Round(time.Millisecond))
+			f.note("kill-leader", "SIGKILL leader %s, restarted after %v", leader.Name, time.Since(start).Round(time.Millisecond))
 		case "kill-follower":
 			var m *harness.Member
 			for m == nil || m == leader {
@@ -145,13 +160,13 @@ func (f *faultInjector) run(ctx context.Context) error {
 				cancel()
 				return err
 			}
-			f.note("SIGKILL follower %s, restarted after %v", m.Name, time.Since(start).Round(time.Millisecond))
+			f.note("kill-follower", "SIGKILL follower %s, restarted after %v", m.Name, time.Since(start).Round(time.Millisecond))
 		case "pause-leader":
 			start := time.Now()
 			leader.Pause()
 			pause(ctx, f.r, 1500*time.Millisecond, 3*time.Second)
 			leader.Resume()
-			f.note("SIGSTOP leader %s, SIGCONT after %v", leader.Name, time.Since(start).Round(time.Millisecond))
+			f.note("pause-leader", "SIGSTOP leader %s, SIGCONT after %v", leader.Name, time.Since(start).Round(time.Millisecond))
 		case "partition":
 			m := f.cluster.Members[f.r.IntN(len(f.cluster.Members))]
 			role := "follower"
@@ -162,7 +177,7 @@ func (f *faultInjector) run(ctx context.Context) error {
 			m.Blackhole()
 			pause(ctx, f.r, 2*time.Second, 4*time.Second)
 			m.Unblackhole()
-			f.note("blackholed the peer traffic of %s %s for %v", role, m.Name, time.Since(start).Round(time.Millisecond))
+			f.note("partition", "blackholed the peer traffic of %s %s for %v", role, m.Name, time.Since(start).Round(time.Millisecond))
 		}
 		err = f.cluster.WaitHealthy(hctx)
 		cancel()
@@ -200,11 +215,39 @@ type workloadConfig struct {
 
 var defaultWorkload = workloadConfig{threads: 3, writersPerThread: 3, readers: 2, forkers: 1, staleOneIn: 4}
 
+// campaignCoverCap bounds a workload that goes on past its length until it
+// is covered.
+const campaignCoverCap = 2 * time.Minute
+
 // runWorkload runs the workers for d while during (when set) runs beside
-// them; it returns during's error.
-func (c *campaign) runWorkload(d time.Duration, cfg workloadConfig, during func(ctx context.Context) error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
+// them; it returns during's error. When covered is set, the workload goes on
+// past d until covered reports true, for at most campaignCoverCap in all.
+func (c *campaign) runWorkload(d time.Duration, cfg workloadConfig, during func(ctx context.Context) error, covered func() bool) error {
+	limit := d
+	if covered != nil {
+		limit = max(d, campaignCoverCap)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
+	if covered != nil {
+		go func() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(d):
+			}
+			tick := time.NewTicker(100 * time.Millisecond)
+			defer tick.Stop()
+			for !covered() {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+			}
+			cancel()
+		}()
+	}
 	clockCtx, stopClock := context.WithCancel(context.Background())
 	defer stopClock()
 	go c.clock.run(clockCtx)
@@ -278,7 +321,10 @@ func (c *campaign) checkAll(ctx context.Context, name string) (checkResult, erro
 // half of the checkpoints keep their bodies in objects (their appends claim
 // the objects first, and the fence check checks every claim), and after the
 // sweep every checkpoint left must still read back exactly. Each layout's
-// run lasts CAIRN_CAMPAIGN (default 25s).
+// workload lasts CAIRN_CAMPAIGN (default 10s) and goes on past it until every
+// kind of fault has been applied at least once (for at most
+// campaignCoverCap), so that a loaded machine gives a slower verdict, not a
+// thinner one.
 func TestFaultCampaign(t *testing.T) {
 	d := campaignDuration(t)
 	cluster := startCluster(t)
@@ -306,16 +352,20 @@ func faultCampaign(t *testing.T, cluster *harness.Cluster, prefix string, object
 	c.setupSource()
 
 	faults := &faultInjector{t: t, cluster: cluster, r: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))}
-	if err := c.runWorkload(d, defaultWorkload, faults.run); err != nil {
+	start := time.Now()
+	if err := c.runWorkload(d, defaultWorkload, faults.run, faults.covered); err != nil {
 		t.Errorf("fault injection: %v", err)
 	}
+	workload := time.Since(start)
 	heal(t, cluster)
 	c.finalReads(0)
 	ops := c.hist.Operations()
 	t.Logf("history: %d operations:%s", len(ops), lincheck.Summary(ops))
-	t.Logf("faults applied: %d; unknown outcomes resolved with Retry: %d", len(faults.applied), c.retries.Load())
-	if len(faults.applied) == 0 {
-		t.Errorf("the campaign of %v injected no fault", d)
+	t.Logf("%v of workload; faults applied: %d (%s); unknown outcomes resolved with Retry: %d",
+		workload.Round(time.Millisecond), len(faults.applied), sortedCounts(faults.kinds), c.retries.Load())
+	if !faults.covered() {
+		t.Errorf("the campaign of %v applied %d faults (%s); want every kind of fault (%s) at least once",
+			workload.Round(time.Millisecond), len(faults.applied), sortedCounts(faults.kinds), strings.Join(faultKinds, ", "))
 	}
 	if n := c.logs.count("session lease lost"); n > 0 {
 		t.Errorf("a store lost the etcd lease behind its writer records %d times; the model assumes writer records end only by release or takeover", n)

@@ -43,7 +43,9 @@ import (
 // is defaultOnline.
 const envOnline = "CAIRN_ONLINE"
 
-const defaultOnline = 35 * time.Second
+// defaultOnline is the least the halves with claims run: each goes on until
+// it is covered (onlineConfig.covered), which takes longer.
+const defaultOnline = 10 * time.Second
 
 // onlineDuration returns the length of the online workload.
 func onlineDuration(t *testing.T) time.Duration {
@@ -103,9 +105,10 @@ const (
 // the first half is known to have teeth. The bound is a number of runs, not
 // a time: on a loaded machine each run takes longer. CAIRN_ONLINE
 // (else CAIRN_CAMPAIGN) sets the length of the halves with claims; each goes
-// on past it, for at most onlineCoverCap, until it has killed and paused
-// sweeper runs and deleted blobs, so that a slow machine gives a slower
-// verdict, not an empty one.
+// on past it, for at most onlineCoverCap, until the fault injector has
+// applied every kind of fault and the sweeper has deleted blobs, and in the
+// first half until sweeper runs were killed and paused past their lock, so
+// that a slow machine gives a slower verdict, not an empty one.
 func TestOnlineSweepDuringFaults(t *testing.T) {
 	d := onlineDuration(t)
 	cluster := startCluster(t)
@@ -324,8 +327,9 @@ type onlineConfig struct {
 	untilRuns int64
 	// covered, when set, keeps the workload going past d until it reports
 	// that the result exercised what the test needs (kills, pauses,
-	// deletes), for at most onlineCoverCap in all: on a loaded machine the
-	// runs are slower, and a fixed time may hold too few of them.
+	// deletes), and with faults until every kind of fault was applied, for
+	// at most onlineCoverCap in all: on a loaded machine the runs are
+	// slower, and a fixed time may hold too few of them.
 	covered func(*onlineResult) bool
 }
 
@@ -381,6 +385,7 @@ func (e *onlineEnv) run(cfg onlineConfig) *onlineResult {
 			cancel()
 		})
 	}
+	faults := &faultInjector{t: t, cluster: e.cluster, r: rand.New(rand.NewPCG(seed, 7))}
 	if cfg.covered != nil {
 		wg.Go(func() {
 			select {
@@ -390,7 +395,7 @@ func (e *onlineEnv) run(cfg onlineConfig) *onlineResult {
 			}
 			tick := time.NewTicker(100 * time.Millisecond)
 			defer tick.Stop()
-			for !cfg.covered(res) {
+			for !cfg.covered(res) || cfg.faults && !faults.covered() {
 				select {
 				case <-ctx.Done():
 					return
@@ -400,7 +405,6 @@ func (e *onlineEnv) run(cfg onlineConfig) *onlineResult {
 			cancel()
 		})
 	}
-	faults := &faultInjector{t: t, cluster: e.cluster, r: rand.New(rand.NewPCG(seed, 7))}
 	if cfg.faults {
 		wg.Go(func() {
 			if err := faults.run(ctx); err != nil {
@@ -411,6 +415,9 @@ func (e *onlineEnv) run(cfg onlineConfig) *onlineResult {
 	wg.Wait()
 	res.duration = time.Since(start)
 	res.faults = len(faults.applied)
+	if cfg.faults {
+		t.Logf("faults applied, by kind: %s", sortedCounts(faults.kinds))
+	}
 	heal(t, e.cluster)
 	e.closeStores()
 	return res
