@@ -27,14 +27,16 @@ func TestDeleteThreadOneTransaction(t *testing.T) {
 		{"MoreRecordsThanATransaction", 2 * etcdstore.MaxTxnOps, false},
 		{"LargeBodiesAndShards", 4, true},
 	}
+	// One member for every case, each case under a prefix of its own.
+	srv, _ := embedetcd.ForTest(t)
 	for _, tc := range cases {
 		for _, cleanupFails := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/cleanupFails=%v", tc.name, cleanupFails), func(t *testing.T) {
-				srv, _ := embedetcd.ForTest(t)
+			name := fmt.Sprintf("%s/cleanupFails=%v", tc.name, cleanupFails)
+			t.Run(name, func(t *testing.T) {
 				f := &faults{method: "KV/Txn", writesOnly: true}
 				cli := faultyClient(t, srv, f)
 				ctx := testContext(t)
-				s := newStore(t, cli, "deletethread/", etcdstore.Options{})
+				s := newStore(t, cli, "deletethread-"+strings.ReplaceAll(name, "/", "-")+"/", etcdstore.Options{})
 				lease, err := s.AcquireWriter(ctx, "t")
 				if err != nil {
 					t.Fatal(err)
@@ -114,13 +116,13 @@ func TestDeleteThreadOneTransaction(t *testing.T) {
 // transaction, or fails it before etcd sees it; the store must resolve the
 // outcome itself and report the removed ids once.
 func TestDeleteThreadUnknownOutcome(t *testing.T) {
+	srv, _ := embedetcd.ForTest(t)
 	for _, applied := range []bool{true, false} {
 		t.Run(fmt.Sprintf("applied=%v", applied), func(t *testing.T) {
-			srv, _ := embedetcd.ForTest(t)
 			f := &faults{method: "KV/Txn", writesOnly: true}
 			cli := faultyClient(t, srv, f)
 			ctx := testContext(t)
-			s := newStore(t, cli, "deletethread-outcome/", etcdstore.Options{})
+			s := newStore(t, cli, fmt.Sprintf("deletethread-outcome-%v/", applied), etcdstore.Options{})
 			lease, err := s.AcquireWriter(ctx, "t")
 			if err != nil {
 				t.Fatal(err)

@@ -678,9 +678,10 @@ func BenchmarkClaim20000(b *testing.B) {
 // after etcd applied it, or fails it before: the store sends it again, and
 // the effect is the same as without the fault.
 func TestGCUnknownOutcomes(t *testing.T) {
+	srv, _ := embedetcd.ForTest(t)
 	for _, applied := range []bool{true, false} {
 		t.Run(fmt.Sprintf("Applied=%v", applied), func(t *testing.T) {
-			x := newOutcomeFixture(t)
+			x := newOutcomeFixtureOn(t, srv, fmt.Sprintf("gc-outcome-%v/", applied))
 			ctx := testContext(t)
 			ks := manyKeys("u", 3)
 			x.failNext(applied, nil)

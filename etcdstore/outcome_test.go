@@ -3,6 +3,7 @@ package etcdstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -22,13 +23,22 @@ type outcomeFixture struct {
 	clock *clock
 }
 
+// newOutcomeFixture returns a fixture on a member of its own.
 func newOutcomeFixture(t *testing.T) *outcomeFixture {
 	t.Helper()
 	srv, _ := embedetcd.ForTest(t)
+	return newOutcomeFixtureOn(t, srv, "outcome/")
+}
+
+// newOutcomeFixtureOn returns a fixture on srv, with a client (and faults) of
+// its own and the store under prefix: the cases of one test share a member,
+// each under a prefix of its own, as the stores of a cluster do.
+func newOutcomeFixtureOn(t *testing.T, srv *embedetcd.Server, prefix string) *outcomeFixture {
+	t.Helper()
 	f := &faults{method: "KV/Txn", writesOnly: true}
 	cli := faultyClient(t, srv, f)
 	clk := &clock{ms: 1000}
-	s := newStore(t, cli, "outcome/", etcdstore.Options{Options: cairn.Options{Now: clk.Now}})
+	s := newStore(t, cli, prefix, etcdstore.Options{Options: cairn.Options{Now: clk.Now}})
 	lease, err := s.AcquireWriter(testContext(t), "t")
 	if err != nil {
 		t.Fatal(err)
@@ -106,13 +116,17 @@ func TestUnknownOutcomes(t *testing.T) {
 			want: state{Heads: map[string]string{"t": "c1"}, Lists: map[string][]string{"t": {"c1"}}, Refs: []cairn.BlobReference{{Key: fileKey("k1"), References: 2}}},
 		},
 	}
+	srv, _ := embedetcd.ForTest(t)
+	n := 0
 	for _, w := range writes {
 		for _, applied := range []bool{true, false} {
 			for _, byCaller := range []bool{false, true} {
 				name := w.name + map[bool]string{true: "/AnswerLost", false: "/NotApplied"}[applied] +
 					map[bool]string{true: "/ResolvedByRetry", false: "/ResolvedByStore"}[byCaller]
+				n++
+				prefix := fmt.Sprintf("outcome-%d/", n)
 				t.Run(name, func(t *testing.T) {
-					x := newOutcomeFixture(t)
+					x := newOutcomeFixtureOn(t, srv, prefix)
 					if w.setup != nil {
 						w.setup(t, x)
 					}
