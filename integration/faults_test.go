@@ -219,6 +219,29 @@ var defaultWorkload = workloadConfig{threads: 3, writersPerThread: 3, readers: 2
 // is covered.
 const campaignCoverCap = 2 * time.Minute
 
+// cancelWhen calls cancel once done reports true, asking every 100 ms from
+// after on; it returns without calling cancel when ctx ends first. The
+// campaigns use it to run at least some time and then until covered.
+func cancelWhen(ctx context.Context, after time.Duration, done func() bool, cancel func()) {
+	if after > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(after):
+		}
+	}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for !done() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+	cancel()
+}
+
 // runWorkload runs the workers for d while during (when set) runs beside
 // them; it returns during's error. When covered is set, the workload goes on
 // past d until covered reports true, for at most campaignCoverCap in all.
@@ -230,23 +253,7 @@ func (c *campaign) runWorkload(d time.Duration, cfg workloadConfig, during func(
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	if covered != nil {
-		go func() {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(d):
-			}
-			tick := time.NewTicker(100 * time.Millisecond)
-			defer tick.Stop()
-			for !covered() {
-				select {
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-				}
-			}
-			cancel()
-		}()
+		go cancelWhen(ctx, d, covered, cancel)
 	}
 	clockCtx, stopClock := context.WithCancel(context.Background())
 	defer stopClock()

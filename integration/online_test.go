@@ -373,36 +373,13 @@ func (e *onlineEnv) run(cfg onlineConfig) *onlineResult {
 	wg.Go(func() { e.sweeperLoop(ctx, kinds, res) })
 	if cfg.untilRuns > 0 {
 		wg.Go(func() {
-			tick := time.NewTicker(100 * time.Millisecond)
-			defer tick.Stop()
-			for res.runs.Load() < cfg.untilRuns {
-				select {
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-				}
-			}
-			cancel()
+			cancelWhen(ctx, 0, func() bool { return res.runs.Load() >= cfg.untilRuns }, cancel)
 		})
 	}
 	faults := &faultInjector{t: t, cluster: e.cluster, r: rand.New(rand.NewPCG(seed, 7))}
 	if cfg.covered != nil {
 		wg.Go(func() {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(d):
-			}
-			tick := time.NewTicker(100 * time.Millisecond)
-			defer tick.Stop()
-			for !cfg.covered(res) || cfg.faults && !faults.covered() {
-				select {
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-				}
-			}
-			cancel()
+			cancelWhen(ctx, d, func() bool { return cfg.covered(res) && (!cfg.faults || faults.covered()) }, cancel)
 		})
 	}
 	if cfg.faults {
