@@ -60,15 +60,23 @@ proto: $(PROTO_TOOLS)
 proto-check: $(PROTO_TOOLS)
 	BIN=$(BIN) bash scripts/proto-check.sh
 
+# NODE_MODULES is the TypeScript client's node_modules, installed by npm ci
+# from the committed lockfile once, and again only when the lockfile changes
+# (npm ci writes this file last): lint's buf, ts and ts-bench share it.
+NODE_MODULES := clients/typescript/node_modules/.package-lock.json
+$(NODE_MODULES): clients/typescript/package-lock.json
+	@echo "npm ci in clients/typescript: the TypeScript client's dependencies and buf $(BUF_VERSION), from the lockfile"
+	cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
 # buf comes prebuilt from the npm registry, as the TypeScript client's
 # lockfile pins it (@bufbuild/buf, the same version as BUF_VERSION): compiling
 # it from source would cost minutes of every clean CI run.
-$(BIN)/buf: clients/typescript/package-lock.json
+$(BIN)/buf: $(NODE_MODULES)
 	@grep -q '"@bufbuild/buf": "$(BUF_VERSION:v%=%)"' clients/typescript/package.json || \
 	  { echo "clients/typescript/package.json does not pin @bufbuild/buf $(BUF_VERSION:v%=%) (BUF_VERSION)"; exit 1; }
-	@echo "installing buf $(BUF_VERSION) from the npm registry (npm ci in clients/typescript)"
-	cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error
 	mkdir -p $(BIN) && ln -sf $(CURDIR)/clients/typescript/node_modules/.bin/buf $(BIN)/buf
+
 $(BIN)/protoc-gen-go:
 	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 $(BIN)/protoc-gen-connect-go:
@@ -143,11 +151,12 @@ cluster: $(BIN)/versitygw
 	@$(PROGRESS) "building the cluster program into ./bin/cluster" build -o $(BIN)/cluster ./integration/cmd/cluster
 	@$(BIN)/cluster
 
-## ts: the TypeScript client (clients/typescript): npm ci from the lockfile,
-## the generated code is fresh, tsc --noEmit, and its tests against a cairnd
+## ts: the TypeScript client (clients/typescript): its dependencies from the
+## lockfile (npm ci, when the lockfile is newer than node_modules), the
+## generated code is fresh, tsc --noEmit, and its tests against a cairnd
 ## the tests build and start.
-ts:
-	cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run check
+ts: $(NODE_MODULES)
+	cd clients/typescript && npm run check
 
 ## test: everything CI checks: lint, the race-enabled tests, brief fuzzing,
 ## the TypeScript client; it ends with the tally of the Go tests and fuzz
@@ -179,8 +188,8 @@ bench: $(BIN)/versitygw
 
 ## ts-bench: B10 with its TypeScript row: the Go client's and the TypeScript
 ## client's append p50 (200 entries) through cairnd, side by side.
-ts-bench: $(BIN)/versitygw
-	cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run build
+ts-bench: $(BIN)/versitygw $(NODE_MODULES)
+	cd clients/typescript && npm run build
 	$(GO) build -o $(BIN)/cairn-bench ./cmd/cairn-bench
 	$(BIN)/cairn-bench -v -versitygw $(BIN)/versitygw -only B10 $(if $(QUICK),-quick) -b10-cmd "node clients/typescript/dist/bench/append.js"
 
