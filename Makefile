@@ -34,14 +34,25 @@ PKGS ?= ./integration/... ./etcdstore/... ./...
 
 # run-unit and run-fuzz are the steps of unit, fuzz and test; each keeps its
 # events in $(RESULTS).
+#
+# UNITP is go test's -p: how many test binaries build, link and run at once.
+# One more than the cores: the longest packages (integration, etcdstore)
+# spend much of their time waiting on etcd's fsyncs, timers and child
+# processes, and with -p equal to the cores they would hold both slots while
+# every other package waited to be linked.
+UNITP ?= $(shell echo $$(( $$(nproc) + 1 )))
 define run-unit
 mkdir -p $(RESULTS) && rm -f $(RESULTS)/unit.json && set -o pipefail && \
-$(GO) test -race -count=1 -json -timeout 30m $(PKGS) 2>&1 | $(TESTSUM) -log $(RESULTS)/unit.json
+$(GO) test -race -count=1 -json -p $(UNITP) -timeout 30m $(PKGS) 2>&1 | $(TESTSUM) -log $(RESULTS)/unit.json
 endef
 define run-fuzz
 mkdir -p $(RESULTS) && rm -f $(RESULTS)/fuzz.json && \
 GO=$(GO) FUZZTIME=$(FUZZTIME) TESTSUM=$(TESTSUM) TESTSUM_LOG=$(RESULTS)/fuzz.json bash scripts/fuzz.sh
 endef
+# FUZZWORK keeps the fuzzing test binaries that make test builds ahead, at
+# the lowest CPU priority, while the unit tests run (scripts/fuzz.sh build);
+# its log is $(RESULTS)/fuzz-build.log.
+FUZZWORK := $(BIN)/fuzzwork
 
 all: lint test
 
@@ -162,8 +173,11 @@ ts: $(NODE_MODULES)
 ## the TypeScript client; it ends with the tally of the Go tests and fuzz
 ## targets (the TypeScript runner prints its own counts before it).
 test: lint tools $(TESTSUM)
-	@rm -f $(RESULTS)/unit.json $(RESULTS)/fuzz.json
-	@s=0; ( $(run-unit) ) && ( $(run-fuzz) ) && $(MAKE) --no-print-directory ts || s=$$?; \
+	@mkdir -p $(RESULTS) && rm -f $(RESULTS)/unit.json $(RESULTS)/fuzz.json
+	@echo "building the fuzzing test binaries at nice 19 beside the unit tests (log: $(RESULTS)/fuzz-build.log)"
+	@FUZZWORK=$(FUZZWORK) GO=$(GO) nice -n 19 bash scripts/fuzz.sh build >$(RESULTS)/fuzz-build.log 2>&1 & fb=$$!; \
+	  s=0; ( $(run-unit) ) || s=$$?; wait $$fb || true; \
+	  if [ $$s = 0 ]; then ( export FUZZWORK=$(FUZZWORK); $(run-fuzz) ) && $(MAKE) --no-print-directory ts || s=$$?; fi; \
 	  $(TESTSUM) -summary $(RESULTS)/unit.json $(RESULTS)/fuzz.json; exit $$s
 
 ## demo: the quickstart on an embedded etcd and a local S3 server (nothing

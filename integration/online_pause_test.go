@@ -118,8 +118,11 @@ func (e *onlineEnv) pausedDeleteProbe(t *testing.T) {
 			t.Logf("attempt %d: the run ended (exit %d) before it began a delete", attempt, a.code)
 			continue
 		}
-		// Did the delete request leave before the stop?
-		time.Sleep(300 * time.Millisecond)
+		// Did the delete request leave before the stop? A request already
+		// sent may still be on its way through a loaded S3 server: wait long
+		// enough that it has landed (300 ms once was not, at load 6), or the
+		// probe would take a delete that was sent for one that was not.
+		time.Sleep(time.Second)
 		if _, err := e.bkt.Head(ctx, garbage.Key); err != nil {
 			a.signal(syscall.SIGCONT)
 			code, _ := a.wait(time.Minute)

@@ -25,11 +25,33 @@
 # go tool test2json (the events go test -json gives) and then that filter,
 # and the events of each target's last run are appended to TESTSUM_LOG for
 # the tally; a package whose test binary does not build counts as a failure.
+#
+# The binaries can be built ahead: `scripts/fuzz.sh build` with FUZZWORK set
+# only builds them into that directory (make test does so at the lowest CPU
+# priority while the unit tests run, whose waits leave CPU idle), and a later
+# `scripts/fuzz.sh` with the same FUZZWORK fuzzes with them, building only
+# what is missing. Without FUZZWORK both happen in a temporary directory.
 set -euo pipefail
 export GO=${GO:-go} FUZZTIME=${FUZZTIME:-10s} TESTSUM=${TESTSUM:-}
 jobs=${FUZZJOBS:-2}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+mode=${1:-run}
+case $mode in
+build | run) ;;
+*)
+  echo "usage: scripts/fuzz.sh [build|run]" >&2
+  exit 2
+  ;;
+esac
+if [ -n "${FUZZWORK:-}" ]; then
+  mkdir -p "$FUZZWORK"
+  work=$(cd "$FUZZWORK" && pwd)
+  # Outputs of an earlier run are not this run's; built binaries are kept.
+  rm -rf "$work/failed" "$work"/[0-9]*.out "$work/targets" "$work/dirs"
+  [ "$mode" = build ] && rm -rf "$work/bin" "$work/broken" "$work"/build-*.log
+else
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+fi
 export WORK=$work
 root=$(pwd)
 module=$($GO list -m)
@@ -46,11 +68,13 @@ binary() {
   echo "$WORK/bin/${1//\//_}.test"
 }
 
-# build DIR builds the fuzzing test binary of the package in DIR; when it
-# fails, it prints why and leaves $WORK/broken/<binary name>.
+# build DIR builds the fuzzing test binary of the package in DIR unless it is
+# there from a build ahead; when it fails, it prints why and leaves
+# $WORK/broken/<binary name>.
 build() {
   local dir=$1 bin pkg=./$1 log
   bin=$(binary "$dir")
+  [ -x "$bin" ] && return 0
   [ "$dir" = . ] && pkg=.
   log=$WORK/build-${bin##*/}.log
   if ! $GO test -c -fuzz=. -o "$bin" "$pkg" >"$log" 2>&1; then
@@ -133,6 +157,11 @@ mkdir -p "$work/bin"
 awk '{print $2}' "$work/targets" | uniq >"$work/dirs"
 echo "building the fuzzing test binaries of $(wc -l <"$work/dirs") packages, $jobs at a time"
 xargs -a "$work/dirs" -n 1 -P "$jobs" bash -c 'build "$1"' _ || true
+if [ "$mode" = build ]; then
+  # A failed build is reported again, and counted, by the run that follows.
+  rm -rf "$work/broken" "$work/failed"
+  exit 0
+fi
 echo "fuzzing $(wc -l <"$work/targets") targets for $FUZZTIME each, $jobs at a time"
 xargs -a "$work/targets" -n 3 -P "$jobs" bash -c 'fuzz_one "$@"' _ || true
 if [ -n "${TESTSUM_LOG:-}" ]; then
