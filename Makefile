@@ -73,7 +73,8 @@ proto-check: $(PROTO_TOOLS)
 
 # NODE_MODULES is the TypeScript client's node_modules, installed by npm ci
 # from the committed lockfile once, and again only when the lockfile changes
-# (npm ci writes this file last): lint's buf, ts and ts-bench share it.
+# (the file npm ci writes, touched once it has finished): lint's buf, ts and
+# ts-bench share it.
 NODE_MODULES := clients/typescript/node_modules/.package-lock.json
 $(NODE_MODULES): clients/typescript/package-lock.json
 	@echo "npm ci in clients/typescript: the TypeScript client's dependencies and buf $(BUF_VERSION), from the lockfile"
@@ -139,7 +140,7 @@ CONTENDED_PKGS ?= ./integration/... ./etcdstore/... ./sweep/... ./internal/sidec
 test-contended: tools $(TESTSUM)
 	@mkdir -p $(RESULTS) && rm -f $(RESULTS)/contended.json
 	@s=0; CONTENDERS=$(CONTENDERS) bash scripts/contended.sh \
-	  bash -c 'set -o pipefail; $(GO) test -race -count=1 -json -timeout 40m $(CONTENDED_PKGS) 2>&1 | $(TESTSUM) -log $(RESULTS)/contended.json' || s=$$?; \
+	  bash -c 'set -o pipefail; $(GO) test -race -count=1 -json -p $(UNITP) -timeout 40m $(CONTENDED_PKGS) 2>&1 | $(TESTSUM) -log $(RESULTS)/contended.json' || s=$$?; \
 	  $(TESTSUM) -summary $(RESULTS)/contended.json; exit $$s
 
 ## integration: the integration suite alone: separate etcd processes, the
