@@ -77,10 +77,7 @@ func codecCases() map[string]proto.Message {
 func TestCodecDecodesAsProto(t *testing.T) {
 	for name, m := range codecCases() {
 		t.Run(name, func(t *testing.T) {
-			want, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
-			if err != nil {
-				t.Fatal(err)
-			}
+			want := deterministic(t, m)
 			back := m.ProtoReflect().New().Interface()
 			if err := (wire.Codec{}).Unmarshal(bytes.Clone(want), back); err != nil {
 				t.Fatal(err)
@@ -103,10 +100,7 @@ func TestCodecDecodesAsProto(t *testing.T) {
 func TestCodecEncodesAsProto(t *testing.T) {
 	for name, m := range codecCases() {
 		t.Run(name, func(t *testing.T) {
-			want, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
-			if err != nil {
-				t.Fatal(err)
-			}
+			want := deterministic(t, m)
 			for _, enc := range []func(any) ([]byte, error){wire.Codec{}.Marshal, wire.Codec{}.MarshalStable} {
 				got, err := enc(m)
 				if err != nil {
@@ -123,6 +117,17 @@ func TestCodecEncodesAsProto(t *testing.T) {
 			}
 		})
 	}
+}
+
+// deterministic is proto's deterministic encoding of m, the bytes the codec
+// tests compare with.
+func deterministic(t *testing.T, m proto.Message) []byte {
+	t.Helper()
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // TestCodecFallsBackToProto: inputs outside the fast path (a singular
