@@ -1091,7 +1091,11 @@ func (e *onlineEnv) finalChecks() {
 	t := e.t
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	args, env := e.sweeperArgs("--verify", "--lock-timeout=30s")
+	// The workload's runs use a 2 s lock so that pauses outlast it; this
+	// run only settles and verifies, and its batches (500 keys and more)
+	// get the time to delete that a third of a longer TTL gives, on a
+	// loaded machine too (the later --lock-ttl wins).
+	args, env := e.sweeperArgs("--verify", "--lock-timeout=30s", "--lock-ttl=30s")
 	envMap := map[string]string{}
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
