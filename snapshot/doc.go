@@ -50,6 +50,13 @@
 //     staging directory, named .<target>.cairn-restore-<random> beside the
 //     target, still exists. Restoring again completes the job, and removes
 //     leftover staging directories of earlier runs.
+//   - One restore into a target runs at a time: each holds an flock(2) on
+//     .<target>.cairn-restore.lock beside the target from before it looks
+//     for leftovers until it ends, and a second restore into the same
+//     directory (by any path to it, from any process) is refused with
+//     ErrWorkspaceBusy before it touches anything. The kernel drops the lock
+//     of a restore that dies. On systems without flock(2) this is the
+//     caller's to ensure.
 //
 // Paths that a capture excludes (.git, node_modules, .env* and
 // Options.Exclude) are left alone in the target: they are not stale, they

@@ -33,6 +33,9 @@ const (
 	// CodeInvalidWorkspace: the directory to capture or restore into is not
 	// usable (not a directory, or the restore target is a file).
 	CodeInvalidWorkspace Code = "SANDBOX_SNAPSHOT_INVALID_WORKSPACE"
+	// CodeWorkspaceBusy: another restore into the same directory is running;
+	// nothing was touched, and trying again once it has ended is safe.
+	CodeWorkspaceBusy Code = "SANDBOX_SNAPSHOT_WORKSPACE_BUSY"
 )
 
 // Error is the error of a capture or restore rule. Two *Error values match
@@ -87,4 +90,5 @@ var (
 	ErrClaimsRequired    = &Error{Code: CodeClaimsRequired}
 	ErrMissingCheckpoint = &Error{Code: CodeMissingCheckpoint}
 	ErrInvalidWorkspace  = &Error{Code: CodeInvalidWorkspace}
+	ErrWorkspaceBusy     = &Error{Code: CodeWorkspaceBusy}
 )

@@ -24,6 +24,13 @@ import (
 // .<target>.cairn-restore-<random> beside the target.
 const stagingInfix = ".cairn-restore-"
 
+// lockSuffix names the lock file of Restore: .<target>.cairn-restore.lock
+// beside the target, there while a restore into the target runs.
+const lockSuffix = ".cairn-restore.lock"
+
+// errTargetBusy is lockTarget's error while another restore holds the lock.
+var errTargetBusy = errors.New("another restore into this directory is running")
+
 // blob is one distinct key of a manifest being restored.
 type blob struct {
 	key    string
@@ -43,8 +50,11 @@ type blob struct {
 // ErrMissingBlob naming the path of a blob the bucket lacks, ErrInvalidBlob
 // naming the path of a blob whose bytes do not hash to its key or whose
 // length is not the entry's size, ErrInvalidWorkspace when dir is not a
-// directory or a pattern is malformed; and I/O, bucket and ctx errors. After
-// that point only I/O errors remain possible.
+// directory or a pattern is malformed, ErrWorkspaceBusy while another
+// Restore into dir runs (in this process or another: the lock is a
+// flock(2) on .<dir>.cairn-restore.lock beside dir, gone with its holder);
+// and I/O, bucket and ctx errors. After that point only I/O errors remain
+// possible.
 func Restore(ctx context.Context, r Blobs, cp *cairn.Checkpoint, dir string, opts *Options) (RestoreStats, error) {
 	if opts == nil {
 		opts = &Options{}
@@ -79,6 +89,16 @@ func Restore(ctx context.Context, r Blobs, cp *cairn.Checkpoint, dir string, opt
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return RestoreStats{}, &Error{Code: CodeInvalidWorkspace, Message: "cannot restore into " + quote(dir), Err: err}
 	}
+	// One restore into a target at a time: a second one would remove the
+	// first one's staging directory as a leftover, or mix two trees.
+	unlock, err := lockTarget(parent, base)
+	if errors.Is(err, errTargetBusy) {
+		return RestoreStats{}, &Error{Code: CodeWorkspaceBusy, Message: "cannot restore into " + quote(dir) + ": " + err.Error()}
+	}
+	if err != nil {
+		return RestoreStats{}, &Error{Code: CodeInvalidWorkspace, Message: "cannot lock " + quote(dir) + " for the restore", Err: err}
+	}
+	defer unlock()
 	removeStaleStaging(parent, base)
 	staging, err := os.MkdirTemp(parent, "."+base+stagingInfix)
 	if err != nil {

@@ -14,16 +14,24 @@ import (
 	"github.com/cairnstore/cairn/snapshot"
 )
 
-// captured captures tree and returns the checkpoint it would append.
+// captured captures tree on thread "src" and returns the checkpoint it
+// would append.
 func (e *env) captured(t *testing.T, tree map[string]string) *cairn.Checkpoint {
+	t.Helper()
+	return e.capturedOn(t, "src", tree)
+}
+
+// capturedOn captures tree under a writer lease of thread, held until the
+// test ends, and returns the checkpoint it would append.
+func (e *env) capturedOn(t *testing.T, thread string, tree map[string]string) *cairn.Checkpoint {
 	t.Helper()
 	dir := t.TempDir()
 	treetest.Write(t, dir, tree)
-	m, err := snapshot.CaptureDir(context.Background(), dir, nil, e.uploader(t, "src"), nil)
+	m, err := snapshot.CaptureDir(context.Background(), dir, nil, e.uploader(t, thread), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &cairn.Checkpoint{ID: "c", ThreadID: "src", Files: m.Files}
+	return &cairn.Checkpoint{ID: "c", ThreadID: thread, Files: m.Files}
 }
 
 // TestRestoreRefuses: every refusal comes before the target is touched, and
