@@ -22,8 +22,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/h2c"
 
 	"github.com/cairnstore/cairn/bucket"
 	"github.com/cairnstore/cairn/etcdstore"
@@ -336,8 +334,11 @@ func serve(cfg Config, log *slog.Logger, e Env, srv *server.Server) error {
 		scheme = "https"
 		serveOn = func(l net.Listener) error { return hs.ServeTLS(l, "", "") }
 	} else {
-		// Plain HTTP/2 (h2c) too, for gRPC clients without TLS.
-		hs.Handler = h2c.NewHandler(hs.Handler, &http2.Server{})
+		// Plain HTTP/2 (h2c, with prior knowledge) too, for gRPC clients
+		// without TLS.
+		hs.Protocols = new(http.Protocols)
+		hs.Protocols.SetHTTP1(true)
+		hs.Protocols.SetUnencryptedHTTP2(true)
 	}
 	done := make(chan error, 1)
 	go func() { done <- serveOn(l) }()

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/cairnstore/cairn/remote"
 )
 
@@ -120,5 +122,41 @@ func TestTLSWithClientCertificates(t *testing.T) {
 	without := client(nil)
 	if _, err := remote.New("https://"+addr, remote.Options{Token: "token-a", HTTPClient: without}).GetHead(ctx, "t"); err == nil {
 		t.Fatal("a client without a certificate was served")
+	}
+}
+
+// TestPlainHTTP2: without TLS, cairnd serves HTTP/1.1 and HTTP/2 with prior
+// knowledge (h2c), which gRPC clients without TLS speak: a client that speaks
+// only unencrypted HTTP/2 gets answers over HTTP/2, through the gRPC
+// protocol too.
+func TestPlainHTTP2(t *testing.T) {
+	addr, _, _, _ := started(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	t.Cleanup(tr.CloseIdleConnections)
+	h2 := &http.Client{Transport: tr}
+
+	res, err := h2.Get("http://" + addr + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.ProtoMajor != 2 || res.StatusCode != http.StatusOK {
+		t.Errorf("/healthz over h2c: %s %s, want HTTP/2 and 200", res.Proto, res.Status)
+	}
+	s := remote.New("http://"+addr, remote.Options{Token: "token-a", HTTPClient: h2, ClientOptions: []connect.ClientOption{connect.WithGRPC()}})
+	if _, err := s.GetHead(ctx, "t"); err != nil {
+		t.Fatalf("gRPC over h2c: %v", err)
+	}
+
+	res, err = http.Get("http://" + addr + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.ProtoMajor != 1 {
+		t.Errorf("a plain HTTP client got %s, want HTTP/1.1", res.Proto)
 	}
 }
