@@ -11,6 +11,8 @@ BUF_VERSION := v1.75.0
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_CONNECT_GO_VERSION := v1.21.1
 PROTO_TOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-connect-go
+# The linter make lint runs beside go vet.
+STATICCHECK_VERSION := v0.8.2
 
 FUZZTIME ?= 10s
 
@@ -56,10 +58,11 @@ FUZZWORK := $(BIN)/fuzzwork
 
 all: lint test
 
-## lint: gofmt and go vet must be clean.
+## lint: gofmt, go vet and staticcheck must be clean, and gen/ fresh.
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	$(MAKE) --no-print-directory proto-check
 
 ## proto: regenerate the Go code of the Connect API (gen/) from proto/.

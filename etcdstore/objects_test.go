@@ -347,7 +347,6 @@ func TestObjectBounds(t *testing.T) {
 			}
 		}
 	}
-	var sizes []int
 	for i, p := range rt.conv {
 		if p.n > objConvMax || p.n < objConvMin && i != len(rt.conv)-1 {
 			t.Fatalf("conversation chunk %d has %d bytes", i, p.n)
@@ -355,7 +354,6 @@ func TestObjectBounds(t *testing.T) {
 		if len(b[objectKey(p.digest)]) != 2+p.n {
 			t.Fatalf("conversation chunk %d: object of %d bytes for %d", i, len(b[objectKey(p.digest)]), p.n)
 		}
-		sizes = append(sizes, p.n)
 	}
 	avg := len(c.Conversation) / len(rt.conv)
 	if avg < 12<<10 || avg > 20<<10 {

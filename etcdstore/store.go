@@ -287,12 +287,6 @@ type ckptMeta struct {
 	Body []byte `json:"-"`
 }
 
-// encodeMeta returns the value of a checkpoint record: metaHeader, then the
-// body.
-func encodeMeta(m ckptMeta) []byte {
-	return append(metaHeader(m), m.Body...)
-}
-
 // decodeMeta decodes a checkpoint record's value. Body aliases v.
 func decodeMeta(v []byte) (ckptMeta, error) {
 	var m ckptMeta

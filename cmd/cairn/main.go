@@ -113,9 +113,6 @@ func run(p proc) int {
 	return code
 }
 
-// errHelp is returned by a command's parse when --help was given and printed.
-var errHelp = errors.New("help")
-
 // errNotFound is matched by the errors about a checkpoint or thread that does
 // not exist; notFound makes them.
 var errNotFound = errors.New("not found")

@@ -32,6 +32,7 @@ import (
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3bolt"
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/cairnstore/cairn/bucket"
 	"github.com/cairnstore/cairn/internal/cli"
@@ -127,7 +128,7 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	dbPath := filepath.Join(opts.Dir, "s3.db")
 	db, err := bolt.Open(dbPath, 0o600, &bolt.Options{Timeout: time.Second})
 	if err != nil {
-		if errors.Is(err, bolt.ErrTimeout) {
+		if errors.Is(err, bolterrors.ErrTimeout) {
 			return nil, fmt.Errorf("devstack: %s is in use: is another cairn dev running on %s?", dbPath, opts.Dir)
 		}
 		return nil, fmt.Errorf("devstack: open %s: %w", dbPath, err)
