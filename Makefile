@@ -28,11 +28,11 @@ $(TESTSUM): $(wildcard internal/testsum/*.go)
 	@$(GO) build -o $@ ./internal/testsum
 
 # PKGS narrows unit (and test) to some packages, e.g. make unit PKGS=./keys/...
-# The default lists the longest packages first, longest first (go test
-# starts them in the order listed, UNITP at a time), so that the short
-# packages fill whichever slot frees first at the end instead of a long one
-# running alone after the rest.
-PKGS ?= ./integration/... ./etcdstore/... ./internal/bench/... ./remote/... ./sweep/... ./conformance/... ./...
+# The default lists the two longest packages first (go test starts them in
+# the order listed, two at a time on two cores), so that the short packages
+# fill whichever slot frees first instead of leaving the longest to run alone
+# at the end.
+PKGS ?= ./integration/... ./etcdstore/... ./...
 
 # run-unit and run-fuzz are the steps of unit, fuzz and test; each keeps its
 # events in $(RESULTS).
