@@ -105,9 +105,18 @@ tools: $(BIN)/versitygw debian-etcd
 # ten seconds (see the script).
 PROGRESS := GO=$(GO) bash scripts/progress.sh
 
+# The built versitygw is kept per version and Go toolchain in the user's
+# cache directory (the Go build cache keeps its compiled packages, but not the
+# linked program: linking it again costs half a minute in every fresh clone);
+# ./bin/versitygw is a copy of it.
+VERSITYGW_CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/cairn/versitygw-$(VERSITYGW_VERSION)-$(shell $(GO) env GOVERSION GOOS GOARCH | paste -sd-)
+
 $(BIN)/versitygw:
-	@GOBIN=$(BIN) $(PROGRESS) "building versitygw $(VERSITYGW_VERSION) into ./bin: the S3 server the integration suite, the cluster and the demo start (the first time, its modules are downloaded and it is compiled: minutes)" \
-	  install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
+	@if [ ! -x $(VERSITYGW_CACHE)/versitygw ]; then \
+	  mkdir -p $(VERSITYGW_CACHE) && GOBIN=$(VERSITYGW_CACHE) $(PROGRESS) "building versitygw $(VERSITYGW_VERSION) into $(VERSITYGW_CACHE): the S3 server the integration suite, the cluster and the demo start (the first time, its modules are downloaded and it is compiled: minutes)" \
+	    install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); \
+	fi
+	@mkdir -p $(BIN) && cp $(VERSITYGW_CACHE)/versitygw $@.tmp && mv $@.tmp $@
 
 # Debian's etcd-server package: etcd 3.4, the oldest server the integration
 # suite checks the store against (TestConformanceOnDebianEtcd34).
