@@ -5,6 +5,8 @@ import (
 	"math"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/cairnstore/cairn/internal/hexdigest"
 )
 
 // ValidateID returns ErrInvalidID unless s is a valid identifier: non-empty and
@@ -61,11 +63,10 @@ func ValidatePath(p string) bool {
 
 func isASCIILetter(b byte) bool { return b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' }
 
-// Blob key prefixes of the two namespaces, and the length of a key's digest.
+// Blob key prefixes of the two namespaces.
 const (
 	FileBlobPrefix     = "sandbox-files/sha256/"
 	ArtifactBlobPrefix = "sandbox-artifacts/sha256/"
-	blobDigestLen      = 64
 )
 
 // ObjectPrefix is the bucket prefix of a store's own body objects (the
@@ -87,29 +88,13 @@ func IsFileBlobKey(k string) bool { return hasHexDigest(k, FileBlobPrefix) }
 func IsArtifactBlobKey(k string) bool { return hasHexDigest(k, ArtifactBlobPrefix) }
 
 func hasHexDigest(k, prefix string) bool {
-	if len(k) != len(prefix)+blobDigestLen || !strings.HasPrefix(k, prefix) {
-		return false
-	}
-	// Eight digits at a time, as one little-endian word: every blob key of
-	// every append is checked here.
-	d := k[len(prefix):]
-	bad := uint64(0)
-	for i := 0; i < blobDigestLen; i += 8 {
-		bad |= notLowerHex8(uint64(d[i]) | uint64(d[i+1])<<8 | uint64(d[i+2])<<16 | uint64(d[i+3])<<24 |
-			uint64(d[i+4])<<32 | uint64(d[i+5])<<40 | uint64(d[i+6])<<48 | uint64(d[i+7])<<56)
-	}
-	return bad == 0
+	return strings.HasPrefix(k, prefix) && hexdigest.Valid(k[len(prefix):])
 }
 
-// notLowerHex8 is nonzero unless each of the eight bytes of x is a
-// lower-case hex digit. A byte below 0x80 plus (0x80 - lo) has its high bit
-// set exactly when it is >= lo, and carries into no other byte.
-func notLowerHex8(x uint64) uint64 {
-	const ones, high = 0x0101010101010101, 0x8080808080808080
-	y := x &^ high
-	digit := (y + ones*(0x80-'0')) &^ (y + ones*(0x80-'9'-1))
-	letter := (y + ones*(0x80-'a')) &^ (y + ones*(0x80-'f'-1))
-	return (digit|letter)&high ^ high | x&high
+// decodeHexDigest is hasHexDigest that also decodes the digest into *d
+// (unspecified when it reports false).
+func decodeHexDigest(k, prefix string, d *[32]byte) bool {
+	return strings.HasPrefix(k, prefix) && hexdigest.Decode(k[len(prefix):], d)
 }
 
 func isSafeSize(n int64) bool { return n >= 0 && n <= MaxSafeInteger }
@@ -132,12 +117,24 @@ func ValidateCreatedAt(f float64, what string) error {
 // directory with file fields, or an unknown kind. Together the two ancestor
 // rules mean that no entry may have a file as a proper ancestor, whatever the
 // order of the entries.
-func ValidateEntries(files []Entry) error {
-	from, err := validateSortedEntries(files)
+func ValidateEntries(files []Entry) error { return validateEntries(files, nil) }
+
+// validateEntries is ValidateEntries that, with ds non-nil (as long as
+// files), also decodes each file's blob key into ds[i] (see BlobDigests).
+func validateEntries(files []Entry, ds [][32]byte) error {
+	from, err := validateSortedEntries(files, ds)
 	if err != nil || from == len(files) {
 		return err
 	}
-	return validateEntriesFrom(files, from)
+	if err := validateEntriesFrom(files, from); err != nil || ds == nil {
+		return err
+	}
+	for i := from; i < len(files); i++ {
+		if files[i].Kind == KindFile {
+			decodeHexDigest(files[i].BlobKey, FileBlobPrefix, &ds[i]) // valid: it was just checked
+		}
+	}
+	return nil
 }
 
 // maxFileChain bounds the files validateSortedEntries keeps open at once.
@@ -157,7 +154,10 @@ const maxFileChain = 32
 // while p begins with f and the byte after it is at most '/'. So each open
 // file begins the next, and an entry is beneath one of them exactly when the
 // byte after that file's path in the entry's is '/'.
-func validateSortedEntries(files []Entry) (int, error) {
+//
+// With ds non-nil, each file's blob key is decoded into ds[i] as it is
+// checked, in the same pass over its digits.
+func validateSortedEntries(files []Entry, ds [][32]byte) (int, error) {
 	var chain [maxFileChain]string
 	open := chain[:0]
 	for i := range files {
@@ -175,7 +175,13 @@ func validateSortedEntries(files []Entry) (int, error) {
 		}
 		switch e.Kind {
 		case KindFile:
-			if !IsFileBlobKey(e.BlobKey) {
+			var ok bool
+			if ds != nil {
+				ok = decodeHexDigest(e.BlobKey, FileBlobPrefix, &ds[i])
+			} else {
+				ok = IsFileBlobKey(e.BlobKey)
+			}
+			if !ok {
 				return i, NewError(CodeInvalidEntry, "file %q needs a blobKey of the form %s<64 hex digits>", e.Path, FileBlobPrefix)
 			}
 			if !isSafeSize(e.Size) {
@@ -334,7 +340,11 @@ func ValidateConversation(conv json.RawMessage) error {
 // (ErrWriterLost); then createdAt, files, artifacts and conversation
 // (ErrInvalidEntry). A store calls it first, then checks the live state with
 // AppendView.Check atomically with its write.
-func CheckAppendInput(in *AppendInput) error {
+func CheckAppendInput(in *AppendInput) error { return checkAppendInput(in, nil) }
+
+// checkAppendInput is CheckAppendInput, decoding the blob keys into d when
+// it is not nil (see CheckAppendInputDigests).
+func checkAppendInput(in *AppendInput, d *BlobDigests) error {
 	c := &in.Checkpoint
 	if err := ValidateID(c.ThreadID, "checkpoint thread id"); err != nil {
 		return err
@@ -358,20 +368,58 @@ func CheckAppendInput(in *AppendInput) error {
 	if in.Writer.ThreadID != c.ThreadID {
 		return NewError(CodeWriterLost, "writer thread %q does not match checkpoint thread %q", in.Writer.ThreadID, c.ThreadID)
 	}
-	return CheckCheckpointContent(c)
+	return checkContent(c, d)
+}
+
+// BlobDigests are the SHA-256 digests of a checkpoint's blob keys, as
+// CheckAppendInputDigests decodes them while it checks the keys: Files[i] is
+// the digest of Checkpoint.Files[i]'s key (unspecified for a directory),
+// Artifacts[i] that of Checkpoint.Artifacts[i]'s.
+type BlobDigests struct {
+	Files, Artifacts [][32]byte
+}
+
+// CheckAppendInputDigests is CheckAppendInput that also decodes, into d, the
+// digest of each blob key it checks, in the same pass over the key: a store
+// that keeps digests (reference records, say) need not parse the keys again.
+// It reuses the arrays of d. d's contents are unspecified when it returns an
+// error.
+func CheckAppendInputDigests(in *AppendInput, d *BlobDigests) error {
+	c := &in.Checkpoint
+	d.Files = resize(d.Files, len(c.Files))
+	d.Artifacts = resize(d.Artifacts, len(c.Artifacts))
+	return checkAppendInput(in, d)
+}
+
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
 }
 
 // CheckCheckpointContent checks createdAt, files, artifacts and conversation,
 // in that order, and returns ErrInvalidEntry for the first that is invalid.
-func CheckCheckpointContent(c *Checkpoint) error {
+func CheckCheckpointContent(c *Checkpoint) error { return checkContent(c, nil) }
+
+func checkContent(c *Checkpoint, d *BlobDigests) error {
 	if err := ValidateCreatedAt(c.CreatedAt, "checkpoint createdAt"); err != nil {
 		return err
 	}
-	if err := ValidateEntries(c.Files); err != nil {
+	var files [][32]byte
+	if d != nil {
+		files = d.Files
+	}
+	if err := validateEntries(c.Files, files); err != nil {
 		return err
 	}
 	if err := ValidateArtifacts(c.Artifacts); err != nil {
 		return err
+	}
+	if d != nil {
+		for i := range c.Artifacts {
+			decodeHexDigest(c.Artifacts[i].BlobKey, ArtifactBlobPrefix, &d.Artifacts[i]) // valid: it was just checked
+		}
 	}
 	return ValidateConversation(c.Conversation)
 }

@@ -1,6 +1,8 @@
 package cairn
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,7 +13,6 @@ import (
 // for a file, "d path" for a directory, anything else for an unknown kind.
 func entriesOf(spec string, sorted bool) []Entry {
 	var files []Entry
-	key := FileBlobPrefix + strings.Repeat("0", 64)
 	for line := range strings.SplitSeq(spec, "\n") {
 		if len(line) < 2 {
 			continue
@@ -19,7 +20,7 @@ func entriesOf(spec string, sorted bool) []Entry {
 		e := Entry{Path: line[2:]}
 		switch line[0] {
 		case 'f':
-			e.Kind, e.BlobKey, e.Size = KindFile, key, 1
+			e.Kind, e.BlobKey, e.Size = KindFile, pathKey(e.Path), 1
 		case 'd':
 			e.Kind = KindDir
 		case 'k':
@@ -35,21 +36,38 @@ func entriesOf(spec string, sorted bool) []Entry {
 	return files
 }
 
+// pathKey is the blob key of a file entry of entriesOf: its path's digest.
+func pathKey(path string) string {
+	d := sha256.Sum256([]byte(path))
+	return FileBlobPrefix + hex.EncodeToString(d[:])
+}
+
 // checkSortedPath compares ValidateEntries, which checks entries in order
 // without a map while it can, with the map's check of every entry: the same
-// error, or none.
+// error, or none. Decoding the blob keys on the way changes no outcome, and
+// when the entries are valid every file's digest is its key's.
 func checkSortedPath(t *testing.T, files []Entry) {
 	t.Helper()
 	got, want := fmt.Sprint(ValidateEntries(files)), fmt.Sprint(validateEntriesFrom(files, 0))
 	if got != want {
 		t.Fatalf("ValidateEntries(%+v) = %s; the map alone says %s", files, got, want)
 	}
+	ds := make([][32]byte, len(files))
+	err := validateEntries(files, ds)
+	if fmt.Sprint(err) != want {
+		t.Fatalf("validateEntries(%+v) with digests = %v; without, %s", files, err, want)
+	}
+	for i, e := range files {
+		if err == nil && e.Kind == KindFile && ds[i] != sha256.Sum256([]byte(e.Path)) {
+			t.Fatalf("entry %d (%q): digest %x, its key is %s", i, e.Path, ds[i], e.BlobKey)
+		}
+	}
 }
 
 var sortedSeeds = []string{
 	"f a\nf a.txt\nf a/b", "f a\nd a-b\nf a/b", "f a\nf a.b\nf a.b/c", "f a\nf a.b\nf a/c", "d a\nf a/b\nf a/b/c",
 	"f x/a\nf x/b\nf x", "f a/b/c\nf a/b/d\nf a/b", "d a\nd a", "f a\nf a\x00b/c", "f a b\nf a/c", "f a\nk a.c\nf a/b",
-	"f src/a.go\nf src/b.go\nf src/b.go/x", "f a\nf a!\nf a!!\nf a!!!\nf a!!!/x", "q a\nf b", "f a\nf b\nf a/c",
+	"f src/a.go\nf src/b.go\nf src/b.go/x", "f a\nf a!\nf a!!\nf a!!!\nf a!!!/x", "q a\nf b", "f a\nf b\nf a/c", "f b\nd c\nf a\nf c/d",
 }
 
 func TestValidateSortedEntries(t *testing.T) {

@@ -1,8 +1,11 @@
 package cairn_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -251,8 +254,61 @@ func TestCheckAppendInputOrder(t *testing.T) {
 			for _, e := range tc.edits {
 				e(&in)
 			}
-			expectCode(t, "CheckAppendInput", cairn.CheckAppendInput(&in), tc.want)
+			err := cairn.CheckAppendInput(&in)
+			expectCode(t, "CheckAppendInput", err, tc.want)
+			var d cairn.BlobDigests
+			if got := cairn.CheckAppendInputDigests(&in, &d); fmt.Sprint(got) != fmt.Sprint(err) {
+				t.Errorf("CheckAppendInputDigests: %v; CheckAppendInput: %v", got, err)
+			}
 		})
+	}
+}
+
+// CheckAppendInputDigests decodes every blob key it accepts, in arrays it
+// reuses, whatever the order of the entries.
+func TestCheckAppendInputDigests(t *testing.T) {
+	digest := func(k string) (d [32]byte) {
+		b, err := hex.DecodeString(k[strings.LastIndexByte(k, '/')+1:])
+		if err != nil || copy(d[:], b) != 32 {
+			t.Fatalf("key %q", k)
+		}
+		return d
+	}
+	key := func(prefix string, i int) string {
+		d := sha256.Sum256([]byte{byte(i)})
+		return prefix + hex.EncodeToString(d[:])
+	}
+	d := cairn.BlobDigests{Files: make([][32]byte, 1, 50), Artifacts: make([][32]byte, 9)}
+	for _, order := range []string{"Sorted", "Unsorted"} {
+		in := validAppend()
+		c := &in.Checkpoint
+		c.Files = []cairn.Entry{{Path: "d", Kind: cairn.KindDir}}
+		for i := range 40 {
+			c.Files = append(c.Files, cairn.Entry{Path: fmt.Sprintf("d/f%02d", i), Kind: cairn.KindFile, BlobKey: key(cairn.FileBlobPrefix, i)})
+		}
+		c.Artifacts = nil
+		for i := range 3 {
+			c.Artifacts = append(c.Artifacts, cairn.Artifact{ArtifactID: "a", Name: "n", MimeType: "m", BlobKey: key(cairn.ArtifactBlobPrefix, 100+i)})
+		}
+		if order == "Unsorted" {
+			slices.Reverse(c.Files)
+		}
+		if err := cairn.CheckAppendInputDigests(&in, &d); err != nil {
+			t.Fatalf("%s: %v", order, err)
+		}
+		if len(d.Files) != len(c.Files) || len(d.Artifacts) != len(c.Artifacts) {
+			t.Fatalf("%s: %d and %d digests for %d files and %d artifacts", order, len(d.Files), len(d.Artifacts), len(c.Files), len(c.Artifacts))
+		}
+		for i, e := range c.Files {
+			if e.Kind == cairn.KindFile && d.Files[i] != digest(e.BlobKey) {
+				t.Errorf("%s: file %q: digest %x", order, e.Path, d.Files[i])
+			}
+		}
+		for i, a := range c.Artifacts {
+			if d.Artifacts[i] != digest(a.BlobKey) {
+				t.Errorf("%s: artifact %d: digest %x", order, i, d.Artifacts[i])
+			}
+		}
 	}
 }
 

@@ -40,10 +40,12 @@ import (
 // as long as ctx allows (see the package documentation, Contention). Errors:
 // the contract's, in its order; ctx's error; *UnknownOutcomeError.
 func (s *Store) Append(ctx context.Context, in cairn.AppendInput) (_ cairn.AppendResult, err error) {
-	if err := cairn.CheckAppendInput(&in); err != nil {
+	bufs := bufPool.Get().(*encodeBufs)
+	if err := cairn.CheckAppendInputDigests(&in, &bufs.digests); err != nil {
+		bufs.release()
 		return cairn.AppendResult{}, err
 	}
-	w := newCheckpointWith(&in.Checkpoint, bufPool.Get().(*encodeBufs))
+	w := newCheckpointWith(&in.Checkpoint, bufs)
 	defer func() {
 		// An error may carry a retry of the append (*UnknownOutcomeError),
 		// which needs w: only a successful append gives its arrays back.
@@ -101,16 +103,21 @@ const metaRoom = 512
 
 // newCheckpointOf encodes c and its reference records.
 func newCheckpointOf(c *cairn.Checkpoint) *newCheckpoint {
-	return newCheckpointWith(c, &encodeBufs{})
+	w := &newCheckpoint{c: c, bufs: &encodeBufs{}}
+	w.bufs.body = encodeCheckpointInto(nil, c, metaRoom)
+	w.setBody(w.bufs.body)
+	w.refs, w.mask = refParts(c)
+	return w
 }
 
-// newCheckpointWith is newCheckpointOf in the arrays of bufs (see
-// release).
+// newCheckpointWith is newCheckpointOf in the arrays of bufs (see release),
+// from the digests of c's blob keys in bufs.digests (see
+// cairn.CheckAppendInputDigests).
 func newCheckpointWith(c *cairn.Checkpoint, bufs *encodeBufs) *newCheckpoint {
 	w := &newCheckpoint{c: c, bufs: bufs}
 	bufs.body = encodeCheckpointInto(bufs.body, c, metaRoom)
 	w.setBody(bufs.body)
-	w.refs, w.mask = refPartsWith(c, bufs)
+	w.refs, w.mask = refPartsFrom(c, &bufs.digests, bufs)
 	return w
 }
 

@@ -29,10 +29,11 @@ func BenchmarkAppendPrep200(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := cairn.CheckAppendInput(&in); err != nil {
+		bufs := bufPool.Get().(*encodeBufs)
+		if err := cairn.CheckAppendInputDigests(&in, &bufs.digests); err != nil {
 			b.Fatal(err)
 		}
-		w := newCheckpointWith(&in.Checkpoint, bufPool.Get().(*encodeBufs))
+		w := newCheckpointWith(&in.Checkpoint, bufs)
 		if err := w.checkSize(); err != nil {
 			b.Fatal(err)
 		}
@@ -62,7 +63,11 @@ func BenchmarkAppendPrep200(b *testing.B) {
 func BenchmarkRefPartsPooled200(b *testing.B) {
 	c := benchCheckpoint(200)
 	bufs := &encodeBufs{}
+	in := cairn.AppendInput{Checkpoint: c, Writer: cairn.Writer{ThreadID: c.ThreadID}}
+	if err := cairn.CheckAppendInputDigests(&in, &bufs.digests); err != nil {
+		b.Fatal(err)
+	}
 	for b.Loop() {
-		refPartsWith(&c, bufs)
+		refPartsFrom(&c, &bufs.digests, bufs)
 	}
 }

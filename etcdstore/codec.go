@@ -270,28 +270,16 @@ func decodeInstance(b []byte) (cairn.InstanceRecord, error) {
 
 // refParts returns, for each shard the checkpoint uses, its sorted distinct
 // digests split into parts of at most refPartBytes, and the shard mask. It
-// decodes each key once; the checkpoint has been validated, so every key is a
-// valid blob key.
+// decodes each key once, and leaves out any key that is not a blob key (none,
+// in a validated checkpoint).
 func refParts(c *cairn.Checkpoint) (parts [keys.NumShards][][]byte, mask uint32) {
-	return refPartsWith(c, &encodeBufs{})
-}
-
-// refPartsWith is refParts with the arrays of bufs: the parts are slices of
-// bufs.refs, which holds them until bufs is used again.
-func refPartsWith(c *cairn.Checkpoint, bufs *encodeBufs) (parts [keys.NumShards][][]byte, mask uint32) {
-	// Every key is decoded in place, into all (at most one per entry).
-	n := len(c.Files) + len(c.Artifacts)
-	all := slices.Grow(bufs.all[:0], n)[:n]
-	// A counting sort on (namespace, first byte) orders the digests by shard
-	// and nearly by value; sorting each of its small buckets finishes it.
-	var count [2 * 256]int32
-	j := 0
+	bufs := &encodeBufs{}
+	all := bufs.all[:0]
 	add := func(k string) {
-		sd := &all[j]
-		if shard, ok := keys.ParseBlobKey(k, &sd.d); ok { // always, for a validated checkpoint
+		var sd shardDigest
+		if shard, ok := keys.ParseBlobKey(k, &sd.d); ok {
 			sd.shard = shard
-			count[bucketOf(shard, sd.d[0])]++
-			j++
+			all = append(all, sd)
 		}
 	}
 	for i := range c.Files {
@@ -302,7 +290,45 @@ func refPartsWith(c *cairn.Checkpoint, bufs *encodeBufs) (parts [keys.NumShards]
 	for i := range c.Artifacts {
 		add(c.Artifacts[i].BlobKey)
 	}
-	all = all[:j]
+	bufs.all = all
+	return refPartsOf(bufs)
+}
+
+// refPartsFrom is refParts from the digests of c's blob keys, as
+// cairn.CheckAppendInputDigests decoded them, in the arrays of bufs: the
+// parts are slices of bufs.refs, which holds them until bufs is used again.
+func refPartsFrom(c *cairn.Checkpoint, d *cairn.BlobDigests, bufs *encodeBufs) (parts [keys.NumShards][][]byte, mask uint32) {
+	n := len(c.Files) + len(c.Artifacts)
+	all := slices.Grow(bufs.all[:0], n)[:n]
+	j := 0
+	for i := range c.Files {
+		if c.Files[i].Kind == cairn.KindFile {
+			sd := &all[j]
+			sd.d = d.Files[i]
+			sd.shard = keys.DigestShard(keys.NSFile, &sd.d)
+			j++
+		}
+	}
+	for i := range c.Artifacts {
+		sd := &all[j]
+		sd.d = d.Artifacts[i]
+		sd.shard = keys.DigestShard(keys.NSArtifact, &sd.d)
+		j++
+	}
+	bufs.all = all[:j]
+	return refPartsOf(bufs)
+}
+
+// refPartsOf returns the parts and the shard mask of the digests in
+// bufs.all, in the arrays of bufs.
+func refPartsOf(bufs *encodeBufs) (parts [keys.NumShards][][]byte, mask uint32) {
+	all := bufs.all
+	// A counting sort on (namespace, first byte) orders the digests by shard
+	// and nearly by value; sorting each of its small buckets finishes it.
+	var count [2 * 256]int32
+	for i := range all {
+		count[bucketOf(all[i].shard, all[i].d[0])]++
+	}
 	var start [len(count) + 1]int32
 	for b, n := range count {
 		start[b+1] = start[b] + n
@@ -340,7 +366,7 @@ func refPartsWith(c *cairn.Checkpoint, bufs *encodeBufs) (parts [keys.NumShards]
 			ds = ds[n:]
 		}
 	}
-	bufs.all, bufs.sorted, bufs.refs = all, sorted, buf
+	bufs.sorted, bufs.refs = sorted, buf
 	return parts, mask
 }
 
@@ -349,10 +375,11 @@ func refPartsWith(c *cairn.Checkpoint, bufs *encodeBufs) (parts [keys.NumShards]
 // its requests are done, so that a steady stream of appends does not
 // allocate them again each time.
 type encodeBufs struct {
-	body   []byte
-	refs   []byte
-	all    []shardDigest
-	sorted []keys.Digest
+	digests cairn.BlobDigests
+	body    []byte
+	refs    []byte
+	all     []shardDigest
+	sorted  []keys.Digest
 }
 
 var bufPool = sync.Pool{New: func() any { return new(encodeBufs) }}

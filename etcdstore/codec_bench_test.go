@@ -68,3 +68,14 @@ func BenchmarkClone20000(b *testing.B) {
 		c.Clone()
 	}
 }
+
+// BenchmarkCheckDigests200 is BenchmarkCheck200 decoding the blob keys on
+// the way, as an append checks its input.
+func BenchmarkCheckDigests200(b *testing.B) {
+	c := benchCheckpoint(200)
+	in := cairn.AppendInput{Checkpoint: c, Writer: cairn.Writer{ThreadID: "t"}}
+	var d cairn.BlobDigests
+	for b.Loop() {
+		cairn.CheckAppendInputDigests(&in, &d)
+	}
+}

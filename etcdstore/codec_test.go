@@ -67,8 +67,9 @@ func FuzzInstanceCodec(f *testing.F) {
 	})
 }
 
-// FuzzRefParts compares refParts with the obvious computation: per shard, the
-// sorted distinct digests of the checkpoint's blob keys.
+// FuzzRefParts compares refParts, and refPartsFrom with the digests an
+// append's check decodes, with the obvious computation: per shard, the sorted
+// distinct digests of the checkpoint's blob keys.
 func FuzzRefParts(f *testing.F) {
 	f.Add([]byte{1, 2, 3, 1, 200, 7}, uint8(3))
 	f.Add([]byte{0}, uint8(0))
@@ -90,14 +91,25 @@ func FuzzRefParts(f *testing.F) {
 			shard, d, _ := keys.BlobShard(k)
 			want[shard] = append(want[shard], d[:]...)
 		}
-		parts, mask := refParts(&c)
-		for shard := range keys.NumShards {
-			got := bytes.Join(parts[shard], nil)
-			if !bytes.Equal(got, want[shard]) {
-				t.Fatalf("shard %d: %x, want %x", shard, got, want[shard])
+		d := cairn.BlobDigests{Files: make([][32]byte, len(c.Files)), Artifacts: make([][32]byte, len(c.Artifacts))}
+		for i, e := range c.Files {
+			if e.Kind == cairn.KindFile {
+				_, d.Files[i], _ = keys.BlobShard(e.BlobKey)
 			}
-			if (mask&(1<<shard) != 0) != (len(want[shard]) > 0) {
-				t.Fatalf("mask %b wrong for shard %d", mask, shard)
+		}
+		for i, a := range c.Artifacts {
+			_, d.Artifacts[i], _ = keys.BlobShard(a.BlobKey)
+		}
+		parts, mask := refParts(&c)
+		pooled := &encodeBufs{all: make([]shardDigest, 3), sorted: make([]keys.Digest, 5)} // stale arrays
+		fparts, fmask := refPartsFrom(&c, &d, pooled)
+		for shard := range keys.NumShards {
+			got, fgot := bytes.Join(parts[shard], nil), bytes.Join(fparts[shard], nil)
+			if !bytes.Equal(got, want[shard]) || !bytes.Equal(fgot, want[shard]) {
+				t.Fatalf("shard %d: %x, from digests %x; want %x", shard, got, fgot, want[shard])
+			}
+			if (mask&(1<<shard) != 0) != (len(want[shard]) > 0) || fmask != mask {
+				t.Fatalf("mask %b (from digests %b) wrong for shard %d", mask, fmask, shard)
 			}
 		}
 	})

@@ -1,9 +1,10 @@
 package keys
 
 import (
-	"encoding/binary"
 	"encoding/hex"
 	"strings"
+
+	"github.com/cairnstore/cairn/internal/hexdigest"
 )
 
 // The blob key namespaces, in the byte order of their keys: every
@@ -76,8 +77,12 @@ func ParseBlobKey(key string, d *Digest) (shard byte, ok bool) {
 	if !decodeDigest(digits, d) {
 		return 0, false
 	}
-	return ns<<shardBits | d[0]>>(8-shardBits), true
+	return DigestShard(ns, d), true
 }
+
+// DigestShard returns the shard of a digest in a namespace of blob keys
+// (NSArtifact or NSFile).
+func DigestShard(ns byte, d *Digest) byte { return ns<<shardBits | d[0]>>(8-shardBits) }
 
 // parseDigest decodes 64 lower-case hex digits.
 func parseDigest(digits string) (d Digest, ok bool) {
@@ -87,53 +92,8 @@ func parseDigest(digits string) (d Digest, ok bool) {
 
 // decodeDigest decodes 64 lower-case hex digits into *d, and reports
 // whether they were that.
-//
-// It takes eight digits at a time as one 64-bit word, which it checks
-// (notHex) and decodes (hexBytes) with a few word operations instead of
-// eight table look-ups: a checkpoint's blob keys are decoded on every
-// append.
 func decodeDigest(digits string, d *Digest) bool {
-	if len(digits) != 2*DigestLen {
-		return false
-	}
-	var bad uint64
-	for i := 0; i < DigestLen; i += 4 {
-		x := load64(digits[2*i:])
-		bad |= notHex(x)
-		binary.LittleEndian.PutUint32(d[i:], hexBytes(x))
-	}
-	return bad == 0
-}
-
-// load64 returns the first 8 bytes of s as a little-endian word: s[0] is its
-// low byte. The compiler makes it one load.
-func load64(s string) uint64 {
-	_ = s[7]
-	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
-		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
-}
-
-const ones, high = 0x0101010101010101, 0x8080808080808080
-
-// notHex is nonzero unless each of the eight bytes of x is a lower-case hex
-// digit. Every byte below 0x80 plus (0x80 - lo) has its high bit set exactly
-// when it is >= lo, and carries into no other byte.
-func notHex(x uint64) uint64 {
-	y := x &^ high
-	digit := (y + ones*(0x80-'0')) &^ (y + ones*(0x80-'9'-1))
-	letter := (y + ones*(0x80-'a')) &^ (y + ones*(0x80-'f'-1))
-	return (digit|letter)&high ^ high | x&high
-}
-
-// hexBytes returns the four bytes that the eight lower-case hex digits of x
-// (as load64 reads them) spell, the first in the low byte.
-func hexBytes(x uint64) uint32 {
-	// A digit's value is its low nibble; a letter (bit 6 set) adds 9.
-	n := x&(ones*0x0F) + (x>>6)&ones*9
-	// Pair the nibbles into bytes, then close up the gaps between them.
-	t := (n<<4 | n>>8) & 0x00FF00FF00FF00FF
-	t = (t | t>>8) & 0x0000FFFF0000FFFF
-	return uint32(t | t>>16)
+	return hexdigest.Decode(digits, (*[DigestLen]byte)(d))
 }
 
 // BlobKey returns the blob key of a digest in a shard's namespace.
