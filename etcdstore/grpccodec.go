@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"sync"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	grpcproto "google.golang.org/grpc/encoding/proto"
@@ -13,13 +14,14 @@ import (
 )
 
 // requestCodec is the gRPC codec of the store's built transactions (see
-// rawKV): the proto codec, marshalling into buffers of requestPool. gRPC's
-// default pool has a tier of 32 KiB and the next of 1 MiB, and clears the
-// whole of a buffer it hands out, so that a request just over 32 KiB (a
-// publish of a few hundred entries) cost a 1 MiB clear, or a 1 MiB
-// allocation, every time. requestPool's tiers are every power of two, and
-// their buffers are not cleared: the request is marshalled over the whole
-// length handed out, and only that length is sent.
+// rawKV): a transaction and its response are encoded and decoded by
+// txncodec.go, anything else by package proto. Requests are marshalled into
+// buffers of requestPool. gRPC's default pool has a tier of 32 KiB and the
+// next of 1 MiB, and clears the whole of a buffer it hands out, so that a
+// request just over 32 KiB (a publish of a few hundred entries) cost a 1 MiB
+// clear, or a 1 MiB allocation, every time. requestPool's tiers are every
+// power of two, and their buffers are not cleared: the request is marshalled
+// over the whole length handed out, and only that length is sent.
 type requestCodec struct{}
 
 var _ encoding.CodecV2 = requestCodec{}
@@ -28,6 +30,15 @@ var _ encoding.CodecV2 = requestCodec{}
 var requestCodecOption = grpc.ForceCodecV2(requestCodec{})
 
 func (requestCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if r, ok := v.(*etcdserverpb.TxnRequest); ok && fastTxnRequest(r) {
+		size := txnSize(r)
+		buf := requestPool.Get(size)
+		if b := appendTxn((*buf)[:0], r); len(b) != size {
+			requestPool.Put(buf)
+			return nil, fmt.Errorf("etcdstore: marshal %T: %d bytes, sized %d", v, len(b), size)
+		}
+		return mem.BufferSlice{mem.NewBuffer(buf, requestPool)}, nil
+	}
 	m, ok := v.(proto.Message)
 	if !ok {
 		return nil, fmt.Errorf("etcdstore: marshal %T: not a proto message", v)
@@ -48,7 +59,18 @@ func (requestCodec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 func (requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	return encoding.GetCodecV2(grpcproto.Name).Unmarshal(data, v)
+	r, ok := v.(*etcdserverpb.TxnResponse)
+	if !ok {
+		return encoding.GetCodecV2(grpcproto.Name).Unmarshal(data, v)
+	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	r.Reset()
+	if decodeTxnResponse(buf.ReadOnlyData(), r) {
+		return nil
+	}
+	r.Reset()
+	return proto.Unmarshal(buf.ReadOnlyData(), r)
 }
 
 func (requestCodec) Name() string { return grpcproto.Name }

@@ -1,0 +1,459 @@
+package etcdstore
+
+import (
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// The transactions the store builds (see rawKV) are encoded, and their
+// responses decoded, by the functions of this file rather than by package
+// proto, which walks every message by reflection: an append's transaction
+// holds a dozen small messages around its values, and its response one per
+// operation, and on two cores proto's walk of them cost the client more CPU
+// than the append's own encoding. The functions cover the messages and
+// fields that etcd's KV transactions have; a message with anything else (a
+// nested transaction, unknown fields) is left to package proto, and tests
+// hold both to the same result (txncodec_test.go).
+
+// Field numbers of etcd's rpc.proto and kv.proto.
+const (
+	fTxnCompare, fTxnSuccess, fTxnFailure           = 1, 2, 3
+	fCmpResult, fCmpTarget, fCmpKey                 = 1, 2, 3
+	fCmpVersion, fCmpCreate, fCmpMod, fCmpValue     = 4, 5, 6, 7
+	fCmpLease, fCmpRangeEnd                         = 8, 64
+	fOpRange, fOpPut, fOpDelete, fOpTxn             = 1, 2, 3, 4
+	fPutKey, fPutValue, fPutLease, fPutPrevKV       = 1, 2, 3, 4
+	fPutIgnoreValue, fPutIgnoreLease                = 5, 6
+	fDelKey, fDelRangeEnd, fDelPrevKV               = 1, 2, 3
+	fTxnRespHeader, fTxnRespSucceeded, fTxnRespOps  = 1, 2, 3
+	fHdrCluster, fHdrMember, fHdrRevision, fHdrTerm = 1, 2, 3, 4
+	fRangeRespHeader, fRangeRespKVs                 = 1, 2
+	fRangeRespMore, fRangeRespCount                 = 3, 4
+	fPutRespHeader, fPutRespPrevKV                  = 1, 2
+	fDelRespHeader, fDelRespDeleted, fDelRespPrev   = 1, 2, 3
+	fKVKey, fKVCreate, fKVMod, fKVVersion           = 1, 2, 3, 4
+	fKVValue, fKVLease                              = 5, 6
+)
+
+// txnEncoder sizes and writes a TxnRequest. The two walks share the field
+// logic: with b nil a walk only counts (n); otherwise it appends to b.
+type txnEncoder struct {
+	b    []byte
+	n    int
+	size bool
+}
+
+func (e *txnEncoder) tag(num protowire.Number, typ protowire.Type) {
+	if e.size {
+		e.n += protowire.SizeTag(num)
+		return
+	}
+	e.b = protowire.AppendTag(e.b, num, typ)
+}
+
+func (e *txnEncoder) varint(v uint64) {
+	if e.size {
+		e.n += protowire.SizeVarint(v)
+		return
+	}
+	e.b = protowire.AppendVarint(e.b, v)
+}
+
+// uintField writes a scalar field, omitted when zero as proto3 does unless
+// always (a member of a oneof).
+func (e *txnEncoder) uintField(num protowire.Number, v uint64, always bool) {
+	if v != 0 || always {
+		e.tag(num, protowire.VarintType)
+		e.varint(v)
+	}
+}
+
+func (e *txnEncoder) intField(num protowire.Number, v int64) { e.uintField(num, uint64(v), false) }
+
+func (e *txnEncoder) boolField(num protowire.Number, v bool) {
+	if v {
+		e.uintField(num, 1, false)
+	}
+}
+
+// bytesField writes a bytes field, omitted when empty unless always.
+func (e *txnEncoder) bytesField(num protowire.Number, v []byte, always bool) {
+	if len(v) == 0 && !always {
+		return
+	}
+	e.tag(num, protowire.BytesType)
+	e.varint(uint64(len(v)))
+	if e.size {
+		e.n += len(v)
+	} else {
+		e.b = append(e.b, v...)
+	}
+}
+
+// message writes a length-delimited message field whose body body writes:
+// its length is body's size, counted first by a sizing walk of its own.
+func (e *txnEncoder) message(num protowire.Number, body func(*txnEncoder)) {
+	sub := txnEncoder{size: true}
+	body(&sub)
+	e.tag(num, protowire.BytesType)
+	e.varint(uint64(sub.n))
+	if e.size {
+		e.n += sub.n
+	} else {
+		body(e)
+	}
+}
+
+// fastTxnRequest reports whether the fast encoder writes every field of r.
+func fastTxnRequest(r *etcdserverpb.TxnRequest) bool {
+	if unknown(r) {
+		return false
+	}
+	for _, c := range r.Compare {
+		if c == nil || unknown(c) {
+			return false
+		}
+		switch c.TargetUnion.(type) {
+		case nil, *etcdserverpb.Compare_Version, *etcdserverpb.Compare_CreateRevision, *etcdserverpb.Compare_ModRevision,
+			*etcdserverpb.Compare_Value, *etcdserverpb.Compare_Lease:
+		default:
+			return false
+		}
+	}
+	for _, ops := range [][]*etcdserverpb.RequestOp{r.Success, r.Failure} {
+		for _, op := range ops {
+			if op == nil || unknown(op) {
+				return false
+			}
+			switch q := op.Request.(type) {
+			case *etcdserverpb.RequestOp_RequestPut:
+				if q.RequestPut == nil || unknown(q.RequestPut) {
+					return false
+				}
+			case *etcdserverpb.RequestOp_RequestDeleteRange:
+				if q.RequestDeleteRange == nil || unknown(q.RequestDeleteRange) {
+					return false
+				}
+			case *etcdserverpb.RequestOp_RequestRange:
+				if q.RequestRange == nil || unknown(q.RequestRange) {
+					return false
+				}
+			default: // a nested transaction, or no request
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func unknown(m proto.Message) bool { return len(m.ProtoReflect().GetUnknown()) > 0 }
+
+// txn writes the fields of r, which fastTxnRequest accepted.
+func (e *txnEncoder) txn(r *etcdserverpb.TxnRequest) {
+	for _, c := range r.Compare {
+		e.message(fTxnCompare, func(e *txnEncoder) { e.compare(c) })
+	}
+	for _, op := range r.Success {
+		e.message(fTxnSuccess, func(e *txnEncoder) { e.requestOp(op) })
+	}
+	for _, op := range r.Failure {
+		e.message(fTxnFailure, func(e *txnEncoder) { e.requestOp(op) })
+	}
+}
+
+func (e *txnEncoder) compare(c *etcdserverpb.Compare) {
+	e.intField(fCmpResult, int64(c.Result))
+	e.intField(fCmpTarget, int64(c.Target))
+	e.bytesField(fCmpKey, c.Key, false)
+	switch u := c.TargetUnion.(type) {
+	case *etcdserverpb.Compare_Version:
+		e.uintField(fCmpVersion, uint64(u.Version), true)
+	case *etcdserverpb.Compare_CreateRevision:
+		e.uintField(fCmpCreate, uint64(u.CreateRevision), true)
+	case *etcdserverpb.Compare_ModRevision:
+		e.uintField(fCmpMod, uint64(u.ModRevision), true)
+	case *etcdserverpb.Compare_Value:
+		e.bytesField(fCmpValue, u.Value, true)
+	case *etcdserverpb.Compare_Lease:
+		e.uintField(fCmpLease, uint64(u.Lease), true)
+	}
+	e.bytesField(fCmpRangeEnd, c.RangeEnd, false)
+}
+
+func (e *txnEncoder) requestOp(op *etcdserverpb.RequestOp) {
+	switch q := op.Request.(type) {
+	case *etcdserverpb.RequestOp_RequestRange:
+		e.message(fOpRange, func(e *txnEncoder) { e.rangeRequest(q.RequestRange) })
+	case *etcdserverpb.RequestOp_RequestPut:
+		p := q.RequestPut
+		e.message(fOpPut, func(e *txnEncoder) {
+			e.bytesField(fPutKey, p.Key, false)
+			e.bytesField(fPutValue, p.Value, false)
+			e.intField(fPutLease, p.Lease)
+			e.boolField(fPutPrevKV, p.PrevKv)
+			e.boolField(fPutIgnoreValue, p.IgnoreValue)
+			e.boolField(fPutIgnoreLease, p.IgnoreLease)
+		})
+	case *etcdserverpb.RequestOp_RequestDeleteRange:
+		d := q.RequestDeleteRange
+		e.message(fOpDelete, func(e *txnEncoder) {
+			e.bytesField(fDelKey, d.Key, false)
+			e.bytesField(fDelRangeEnd, d.RangeEnd, false)
+			e.boolField(fDelPrevKV, d.PrevKv)
+		})
+	}
+}
+
+func (e *txnEncoder) rangeRequest(r *etcdserverpb.RangeRequest) {
+	e.bytesField(1, r.Key, false)
+	e.bytesField(2, r.RangeEnd, false)
+	e.intField(3, r.Limit)
+	e.intField(4, r.Revision)
+	e.intField(5, int64(r.SortOrder))
+	e.intField(6, int64(r.SortTarget))
+	e.boolField(7, r.Serializable)
+	e.boolField(8, r.KeysOnly)
+	e.boolField(9, r.CountOnly)
+	e.intField(10, r.MinModRevision)
+	e.intField(11, r.MaxModRevision)
+	e.intField(12, r.MinCreateRevision)
+	e.intField(13, r.MaxCreateRevision)
+}
+
+// txnSize returns the encoded size of r, which fastTxnRequest accepted.
+func txnSize(r *etcdserverpb.TxnRequest) int {
+	e := txnEncoder{size: true}
+	e.txn(r)
+	return e.n
+}
+
+// appendTxn appends the encoding of r, which fastTxnRequest accepted, to b.
+func appendTxn(b []byte, r *etcdserverpb.TxnRequest) []byte {
+	e := txnEncoder{b: b}
+	e.txn(r)
+	return e.b
+}
+
+// decodeTxnResponse decodes b into r, which must be empty, and reports
+// whether it could: false for a response with a nested transaction's
+// response, a field etcd does not send, a repeated singular message, or
+// bytes that are not a valid encoding. r's contents are then unspecified,
+// and the caller resets it and leaves b to proto.
+func decodeTxnResponse(b []byte, r *etcdserverpb.TxnResponse) bool {
+	d := txnDecoder{b: b, ok: true}
+	for d.more() {
+		num, typ := d.tag()
+		switch {
+		case num == fTxnRespHeader && typ == protowire.BytesType && r.Header == nil:
+			r.Header = d.header(d.bytes())
+		case num == fTxnRespSucceeded && typ == protowire.VarintType:
+			r.Succeeded = d.varint() != 0
+		case num == fTxnRespOps && typ == protowire.BytesType:
+			r.Responses = append(r.Responses, d.responseOp(d.bytes()))
+		default:
+			d.fail()
+		}
+	}
+	return d.ok
+}
+
+// txnDecoder reads protobuf fields from b; the first problem clears ok, and
+// every read after it returns zero values.
+type txnDecoder struct {
+	b  []byte
+	ok bool
+}
+
+func (d *txnDecoder) more() bool { return d.ok && len(d.b) > 0 }
+
+func (d *txnDecoder) fail() { d.ok, d.b = false, nil }
+
+func (d *txnDecoder) tag() (protowire.Number, protowire.Type) {
+	num, typ, n := protowire.ConsumeTag(d.b)
+	if n < 0 {
+		d.fail()
+		return 0, 0
+	}
+	d.b = d.b[n:]
+	return num, typ
+}
+
+func (d *txnDecoder) varint() uint64 {
+	v, n := protowire.ConsumeVarint(d.b)
+	if n < 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// bytes returns the next length-delimited field, which aliases the input.
+func (d *txnDecoder) bytes() []byte {
+	v, n := protowire.ConsumeBytes(d.b)
+	if n < 0 {
+		d.fail()
+		return nil
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// sub decodes a nested message with fn, on a decoder of its own whose
+// failure is d's.
+func (d *txnDecoder) sub(b []byte, fn func(s *txnDecoder)) {
+	if !d.ok {
+		return
+	}
+	s := txnDecoder{b: b, ok: true}
+	fn(&s)
+	if !s.ok {
+		d.fail()
+	}
+}
+
+// copied returns a copy of a bytes field that does not alias the input (the
+// transport reuses its buffers), non-nil even when empty, as proto's.
+func copied(v []byte) []byte { return append([]byte{}, v...) }
+
+func (d *txnDecoder) header(b []byte) *etcdserverpb.ResponseHeader {
+	h := &etcdserverpb.ResponseHeader{}
+	d.sub(b, func(s *txnDecoder) {
+		for s.more() {
+			num, typ := s.tag()
+			if typ != protowire.VarintType {
+				s.fail()
+				break
+			}
+			switch v := s.varint(); num {
+			case fHdrCluster:
+				h.ClusterId = v
+			case fHdrMember:
+				h.MemberId = v
+			case fHdrRevision:
+				h.Revision = int64(v)
+			case fHdrTerm:
+				h.RaftTerm = v
+			default:
+				s.fail()
+			}
+		}
+	})
+	return h
+}
+
+func (d *txnDecoder) responseOp(b []byte) *etcdserverpb.ResponseOp {
+	op := &etcdserverpb.ResponseOp{}
+	d.sub(b, func(s *txnDecoder) {
+		for s.more() {
+			num, typ := s.tag()
+			if typ != protowire.BytesType || op.Response != nil {
+				s.fail() // another type, or a oneof set twice (proto merges)
+				break
+			}
+			switch body := s.bytes(); num {
+			case fOpRange:
+				op.Response = &etcdserverpb.ResponseOp_ResponseRange{ResponseRange: s.rangeResponse(body)}
+			case fOpPut:
+				op.Response = &etcdserverpb.ResponseOp_ResponsePut{ResponsePut: s.putResponse(body)}
+			case fOpDelete:
+				op.Response = &etcdserverpb.ResponseOp_ResponseDeleteRange{ResponseDeleteRange: s.deleteResponse(body)}
+			default: // a nested transaction's response
+				s.fail()
+			}
+		}
+	})
+	return op
+}
+
+func (d *txnDecoder) rangeResponse(b []byte) *etcdserverpb.RangeResponse {
+	r := &etcdserverpb.RangeResponse{}
+	d.sub(b, func(s *txnDecoder) {
+		for s.more() {
+			num, typ := s.tag()
+			switch {
+			case num == fRangeRespHeader && typ == protowire.BytesType && r.Header == nil:
+				r.Header = s.header(s.bytes())
+			case num == fRangeRespKVs && typ == protowire.BytesType:
+				r.Kvs = append(r.Kvs, s.keyValue(s.bytes()))
+			case num == fRangeRespMore && typ == protowire.VarintType:
+				r.More = s.varint() != 0
+			case num == fRangeRespCount && typ == protowire.VarintType:
+				r.Count = int64(s.varint())
+			default:
+				s.fail()
+			}
+		}
+	})
+	return r
+}
+
+func (d *txnDecoder) putResponse(b []byte) *etcdserverpb.PutResponse {
+	r := &etcdserverpb.PutResponse{}
+	d.sub(b, func(s *txnDecoder) {
+		for s.more() {
+			num, typ := s.tag()
+			switch {
+			case num == fPutRespHeader && typ == protowire.BytesType && r.Header == nil:
+				r.Header = s.header(s.bytes())
+			case num == fPutRespPrevKV && typ == protowire.BytesType && r.PrevKv == nil:
+				r.PrevKv = s.keyValue(s.bytes())
+			default:
+				s.fail()
+			}
+		}
+	})
+	return r
+}
+
+func (d *txnDecoder) deleteResponse(b []byte) *etcdserverpb.DeleteRangeResponse {
+	r := &etcdserverpb.DeleteRangeResponse{}
+	d.sub(b, func(s *txnDecoder) {
+		for s.more() {
+			num, typ := s.tag()
+			switch {
+			case num == fDelRespHeader && typ == protowire.BytesType && r.Header == nil:
+				r.Header = s.header(s.bytes())
+			case num == fDelRespDeleted && typ == protowire.VarintType:
+				r.Deleted = int64(s.varint())
+			case num == fDelRespPrev && typ == protowire.BytesType:
+				r.PrevKvs = append(r.PrevKvs, s.keyValue(s.bytes()))
+			default:
+				s.fail()
+			}
+		}
+	})
+	return r
+}
+
+func (d *txnDecoder) keyValue(b []byte) *mvccpb.KeyValue {
+	kv := &mvccpb.KeyValue{}
+	d.sub(b, func(s *txnDecoder) {
+		for s.more() {
+			num, typ := s.tag()
+			switch {
+			case num == fKVKey && typ == protowire.BytesType:
+				kv.Key = copied(s.bytes())
+			case num == fKVValue && typ == protowire.BytesType:
+				kv.Value = copied(s.bytes())
+			case typ == protowire.VarintType && num >= fKVCreate && num <= fKVLease && num != fKVValue:
+				v := int64(s.varint())
+				switch num {
+				case fKVCreate:
+					kv.CreateRevision = v
+				case fKVMod:
+					kv.ModRevision = v
+				case fKVVersion:
+					kv.Version = v
+				case fKVLease:
+					kv.Lease = v
+				}
+			default:
+				s.fail()
+			}
+		}
+	})
+	return kv
+}
