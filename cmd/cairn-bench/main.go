@@ -35,7 +35,7 @@ func main() {
 	only := flag.String("only", "", "comma-separated workloads to run (B1 to B11, BC); empty runs all")
 	b10cmd := flag.String("b10-cmd", "", "command B10 also runs against its cairnd, space-separated (gets CAIRN_BENCH_URL, _TOKEN, _ENTRIES, _APPENDS; prints \"append_p50_ms <ms>\")")
 	rounds := flag.Int("rounds", 0, "rounds per workload (0 keeps the configuration's)")
-	profile := flag.String("cpuprofile", "", "directory for a CPU profile of each round of the cairn side")
+	profile := flag.String("cpuprofile", "", "directory for a CPU profile of each round of each side (cairn, baseline, reference1, ...)")
 	versitygw := flag.String("versitygw", "", "versitygw binary (default: $CAIRN_VERSITYGW, ./bin/versitygw, $PATH)")
 	verbose := flag.Bool("v", false, "print progress to standard error")
 	flag.Parse()

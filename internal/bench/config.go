@@ -53,8 +53,9 @@ type Config struct {
 	// Only, when not empty, selects workloads by name (B1 ... B6).
 	Only []string
 	// ProfileDir, when set, receives a CPU profile of each timed round of
-	// the cairn side (one file per workload and round; go tool pprof merges
-	// several).
+	// each side: the cairn side, the baseline, and further references (one
+	// file per workload, side and round, <workload>-<side>-round<NN>.pprof;
+	// go tool pprof merges several).
 	ProfileDir string
 	// VersityGW is the versitygw binary; "" finds it as the tests do.
 	VersityGW string

@@ -120,10 +120,17 @@ func (r *runner) etcd(ctx context.Context, name string) (cli *clientv3.Client, s
 // cairnSide runs fn, the cairn side of one round, under a CPU profile when
 // the configuration asks for profiles.
 func (r *runner) cairnSide(workload string, round int, fn func() error) error {
+	return r.profiled(workload, "cairn", round, fn)
+}
+
+// profiled runs fn, one side of one round, under a CPU profile named for
+// the workload, the side and the round when the configuration asks for
+// profiles.
+func (r *runner) profiled(workload, side string, round int, fn func() error) error {
 	if r.cfg.ProfileDir == "" {
 		return fn()
 	}
-	f, err := os.Create(filepath.Join(r.cfg.ProfileDir, fmt.Sprintf("%s-cairn-round%02d.pprof", workload, round+1)))
+	f, err := os.Create(filepath.Join(r.cfg.ProfileDir, fmt.Sprintf("%s-%s-round%02d.pprof", workload, side, round+1)))
 	if err != nil {
 		return err
 	}
@@ -144,8 +151,12 @@ func (r *runner) alternate(workload string, rounds int, tidy func() error, cairn
 		sides := []func() error{func() error {
 			return r.cairnSide(workload, round, func() error { return cairnSide(round) })
 		}}
-		for _, o := range others {
-			sides = append(sides, func() error { return o(round) })
+		for i, o := range others {
+			side := "baseline"
+			if i > 0 {
+				side = fmt.Sprintf("reference%d", i)
+			}
+			sides = append(sides, func() error { return r.profiled(workload, side, round, func() error { return o(round) }) })
 		}
 		for i := range sides {
 			if err := sides[(i+round)%len(sides)](); err != nil {
