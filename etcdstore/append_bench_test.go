@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/fence"
@@ -51,9 +50,11 @@ func BenchmarkAppendPrep200(b *testing.B) {
 		req := txnRequest(cmps, then, []*etcdserverpb.RequestOp{
 			getReq(wk.Owner), getReq(wk.Expiry), getReqBytes(s.layout.Index(c.ID)), getReqBytes(s.layout.Thread(c.ThreadID)),
 		})
-		if _, err := proto.Marshal(req); err != nil {
+		bs, err := requestCodec{}.Marshal(req)
+		if err != nil {
 			b.Fatal(err)
 		}
+		bs.Free()
 		w.release()
 	}
 }

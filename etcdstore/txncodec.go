@@ -92,17 +92,50 @@ func (e *txnEncoder) bytesField(num protowire.Number, v []byte, always bool) {
 	}
 }
 
-// message writes a length-delimited message field whose body body writes:
-// its length is body's size, counted first by a sizing walk of its own.
-func (e *txnEncoder) message(num protowire.Number, body func(*txnEncoder)) {
+// msg is a nested message to write: one of its fields is set.
+type msg struct {
+	cmp *etcdserverpb.Compare
+	op  *etcdserverpb.RequestOp
+	put *etcdserverpb.PutRequest
+	del *etcdserverpb.DeleteRangeRequest
+	rng *etcdserverpb.RangeRequest
+}
+
+// message writes a length-delimited message field: its length is the size
+// of m, counted first by a sizing walk of its own.
+func (e *txnEncoder) message(num protowire.Number, m msg) {
 	sub := txnEncoder{size: true}
-	body(&sub)
+	sub.body(m)
 	e.tag(num, protowire.BytesType)
 	e.varint(uint64(sub.n))
 	if e.size {
 		e.n += sub.n
 	} else {
-		body(e)
+		e.body(m)
+	}
+}
+
+func (e *txnEncoder) body(m msg) {
+	switch {
+	case m.cmp != nil:
+		e.compare(m.cmp)
+	case m.op != nil:
+		e.requestOp(m.op)
+	case m.put != nil:
+		p := m.put
+		e.bytesField(fPutKey, p.Key, false)
+		e.bytesField(fPutValue, p.Value, false)
+		e.intField(fPutLease, p.Lease)
+		e.boolField(fPutPrevKV, p.PrevKv)
+		e.boolField(fPutIgnoreValue, p.IgnoreValue)
+		e.boolField(fPutIgnoreLease, p.IgnoreLease)
+	case m.del != nil:
+		d := m.del
+		e.bytesField(fDelKey, d.Key, false)
+		e.bytesField(fDelRangeEnd, d.RangeEnd, false)
+		e.boolField(fDelPrevKV, d.PrevKv)
+	case m.rng != nil:
+		e.rangeRequest(m.rng)
 	}
 }
 
@@ -153,13 +186,13 @@ func unknown(m proto.Message) bool { return len(m.ProtoReflect().GetUnknown()) >
 // txn writes the fields of r, which fastTxnRequest accepted.
 func (e *txnEncoder) txn(r *etcdserverpb.TxnRequest) {
 	for _, c := range r.Compare {
-		e.message(fTxnCompare, func(e *txnEncoder) { e.compare(c) })
+		e.message(fTxnCompare, msg{cmp: c})
 	}
 	for _, op := range r.Success {
-		e.message(fTxnSuccess, func(e *txnEncoder) { e.requestOp(op) })
+		e.message(fTxnSuccess, msg{op: op})
 	}
 	for _, op := range r.Failure {
-		e.message(fTxnFailure, func(e *txnEncoder) { e.requestOp(op) })
+		e.message(fTxnFailure, msg{op: op})
 	}
 }
 
@@ -185,24 +218,11 @@ func (e *txnEncoder) compare(c *etcdserverpb.Compare) {
 func (e *txnEncoder) requestOp(op *etcdserverpb.RequestOp) {
 	switch q := op.Request.(type) {
 	case *etcdserverpb.RequestOp_RequestRange:
-		e.message(fOpRange, func(e *txnEncoder) { e.rangeRequest(q.RequestRange) })
+		e.message(fOpRange, msg{rng: q.RequestRange})
 	case *etcdserverpb.RequestOp_RequestPut:
-		p := q.RequestPut
-		e.message(fOpPut, func(e *txnEncoder) {
-			e.bytesField(fPutKey, p.Key, false)
-			e.bytesField(fPutValue, p.Value, false)
-			e.intField(fPutLease, p.Lease)
-			e.boolField(fPutPrevKV, p.PrevKv)
-			e.boolField(fPutIgnoreValue, p.IgnoreValue)
-			e.boolField(fPutIgnoreLease, p.IgnoreLease)
-		})
+		e.message(fOpPut, msg{put: q.RequestPut})
 	case *etcdserverpb.RequestOp_RequestDeleteRange:
-		d := q.RequestDeleteRange
-		e.message(fOpDelete, func(e *txnEncoder) {
-			e.bytesField(fDelKey, d.Key, false)
-			e.bytesField(fDelRangeEnd, d.RangeEnd, false)
-			e.boolField(fDelPrevKV, d.PrevKv)
-		})
+		e.message(fOpDelete, msg{del: q.RequestDeleteRange})
 	}
 }
 
@@ -260,7 +280,8 @@ func decodeTxnResponse(b []byte, r *etcdserverpb.TxnResponse) bool {
 }
 
 // txnDecoder reads protobuf fields from b; the first problem clears ok, and
-// every read after it returns zero values.
+// every read after it returns zero values. A nested message is read by a
+// decoder of its own whose problem is then its parent's (see nested).
 type txnDecoder struct {
 	b  []byte
 	ok bool
@@ -269,6 +290,16 @@ type txnDecoder struct {
 func (d *txnDecoder) more() bool { return d.ok && len(d.b) > 0 }
 
 func (d *txnDecoder) fail() { d.ok, d.b = false, nil }
+
+// nested returns the decoder of a nested message's bytes.
+func (d *txnDecoder) nested(b []byte) txnDecoder { return txnDecoder{b: b, ok: d.ok} }
+
+// done takes the outcome of a nested message's decoder.
+func (d *txnDecoder) done(sub *txnDecoder) {
+	if !sub.ok {
+		d.fail()
+	}
+}
 
 func (d *txnDecoder) tag() (protowire.Number, protowire.Type) {
 	num, typ, n := protowire.ConsumeTag(d.b)
@@ -301,159 +332,164 @@ func (d *txnDecoder) bytes() []byte {
 	return v
 }
 
-// sub decodes a nested message with fn, on a decoder of its own whose
-// failure is d's.
-func (d *txnDecoder) sub(b []byte, fn func(s *txnDecoder)) {
-	if !d.ok {
-		return
-	}
-	s := txnDecoder{b: b, ok: true}
-	fn(&s)
-	if !s.ok {
-		d.fail()
-	}
-}
-
 // copied returns a copy of a bytes field that does not alias the input (the
 // transport reuses its buffers), non-nil even when empty, as proto's.
 func copied(v []byte) []byte { return append([]byte{}, v...) }
 
 func (d *txnDecoder) header(b []byte) *etcdserverpb.ResponseHeader {
 	h := &etcdserverpb.ResponseHeader{}
-	d.sub(b, func(s *txnDecoder) {
-		for s.more() {
-			num, typ := s.tag()
-			if typ != protowire.VarintType {
-				s.fail()
-				break
-			}
-			switch v := s.varint(); num {
-			case fHdrCluster:
-				h.ClusterId = v
-			case fHdrMember:
-				h.MemberId = v
-			case fHdrRevision:
-				h.Revision = int64(v)
-			case fHdrTerm:
-				h.RaftTerm = v
-			default:
-				s.fail()
-			}
-		}
-	})
+	d.headerInto(b, h)
 	return h
 }
 
-func (d *txnDecoder) responseOp(b []byte) *etcdserverpb.ResponseOp {
-	op := &etcdserverpb.ResponseOp{}
-	d.sub(b, func(s *txnDecoder) {
-		for s.more() {
-			num, typ := s.tag()
-			if typ != protowire.BytesType || op.Response != nil {
-				s.fail() // another type, or a oneof set twice (proto merges)
-				break
-			}
-			switch body := s.bytes(); num {
-			case fOpRange:
-				op.Response = &etcdserverpb.ResponseOp_ResponseRange{ResponseRange: s.rangeResponse(body)}
-			case fOpPut:
-				op.Response = &etcdserverpb.ResponseOp_ResponsePut{ResponsePut: s.putResponse(body)}
-			case fOpDelete:
-				op.Response = &etcdserverpb.ResponseOp_ResponseDeleteRange{ResponseDeleteRange: s.deleteResponse(body)}
-			default: // a nested transaction's response
-				s.fail()
-			}
+func (d *txnDecoder) headerInto(b []byte, h *etcdserverpb.ResponseHeader) {
+	s := d.nested(b)
+	for s.more() {
+		num, typ := s.tag()
+		if typ != protowire.VarintType {
+			s.fail()
+			break
 		}
-	})
+		switch v := s.varint(); num {
+		case fHdrCluster:
+			h.ClusterId = v
+		case fHdrMember:
+			h.MemberId = v
+		case fHdrRevision:
+			h.Revision = int64(v)
+		case fHdrTerm:
+			h.RaftTerm = v
+		default:
+			s.fail()
+		}
+	}
+	d.done(&s)
+}
+
+func (d *txnDecoder) responseOp(b []byte) *etcdserverpb.ResponseOp {
+	s := d.nested(b)
+	var op *etcdserverpb.ResponseOp
+	for s.more() {
+		num, typ := s.tag()
+		if typ != protowire.BytesType || op != nil {
+			s.fail() // another type, or a oneof set twice (proto merges)
+			break
+		}
+		switch body := s.bytes(); num {
+		case fOpRange:
+			op = &etcdserverpb.ResponseOp{Response: &etcdserverpb.ResponseOp_ResponseRange{ResponseRange: s.rangeResponse(body)}}
+		case fOpPut:
+			op = s.putResponse(body)
+		case fOpDelete:
+			op = &etcdserverpb.ResponseOp{Response: &etcdserverpb.ResponseOp_ResponseDeleteRange{ResponseDeleteRange: s.deleteResponse(body)}}
+		default: // a nested transaction's response
+			s.fail()
+		}
+	}
+	d.done(&s)
+	if op == nil {
+		op = &etcdserverpb.ResponseOp{}
+	}
 	return op
 }
 
 func (d *txnDecoder) rangeResponse(b []byte) *etcdserverpb.RangeResponse {
 	r := &etcdserverpb.RangeResponse{}
-	d.sub(b, func(s *txnDecoder) {
-		for s.more() {
-			num, typ := s.tag()
-			switch {
-			case num == fRangeRespHeader && typ == protowire.BytesType && r.Header == nil:
-				r.Header = s.header(s.bytes())
-			case num == fRangeRespKVs && typ == protowire.BytesType:
-				r.Kvs = append(r.Kvs, s.keyValue(s.bytes()))
-			case num == fRangeRespMore && typ == protowire.VarintType:
-				r.More = s.varint() != 0
-			case num == fRangeRespCount && typ == protowire.VarintType:
-				r.Count = int64(s.varint())
-			default:
-				s.fail()
-			}
+	s := d.nested(b)
+	for s.more() {
+		num, typ := s.tag()
+		switch {
+		case num == fRangeRespHeader && typ == protowire.BytesType && r.Header == nil:
+			r.Header = s.header(s.bytes())
+		case num == fRangeRespKVs && typ == protowire.BytesType:
+			r.Kvs = append(r.Kvs, s.keyValue(s.bytes()))
+		case num == fRangeRespMore && typ == protowire.VarintType:
+			r.More = s.varint() != 0
+		case num == fRangeRespCount && typ == protowire.VarintType:
+			r.Count = int64(s.varint())
+		default:
+			s.fail()
 		}
-	})
+	}
+	d.done(&s)
 	return r
 }
 
-func (d *txnDecoder) putResponse(b []byte) *etcdserverpb.PutResponse {
-	r := &etcdserverpb.PutResponse{}
-	d.sub(b, func(s *txnDecoder) {
-		for s.more() {
-			num, typ := s.tag()
-			switch {
-			case num == fPutRespHeader && typ == protowire.BytesType && r.Header == nil:
-				r.Header = s.header(s.bytes())
-			case num == fPutRespPrevKV && typ == protowire.BytesType && r.PrevKv == nil:
-				r.PrevKv = s.keyValue(s.bytes())
-			default:
-				s.fail()
-			}
-		}
+// putResponse returns the operation result of a put: the messages of the
+// common case (a result with a header) are one allocation.
+func (d *txnDecoder) putResponse(b []byte) *etcdserverpb.ResponseOp {
+	m := new(struct {
+		op  etcdserverpb.ResponseOp
+		one etcdserverpb.ResponseOp_ResponsePut
+		put etcdserverpb.PutResponse
+		hdr etcdserverpb.ResponseHeader
 	})
-	return r
+	m.one.ResponsePut = &m.put
+	m.op.Response = &m.one
+	r := &m.put
+	s := d.nested(b)
+	for s.more() {
+		num, typ := s.tag()
+		switch {
+		case num == fPutRespHeader && typ == protowire.BytesType && r.Header == nil:
+			r.Header = &m.hdr
+			s.headerInto(s.bytes(), r.Header)
+		case num == fPutRespPrevKV && typ == protowire.BytesType && r.PrevKv == nil:
+			r.PrevKv = s.keyValue(s.bytes())
+		default:
+			s.fail()
+		}
+	}
+	d.done(&s)
+	return &m.op
 }
 
 func (d *txnDecoder) deleteResponse(b []byte) *etcdserverpb.DeleteRangeResponse {
 	r := &etcdserverpb.DeleteRangeResponse{}
-	d.sub(b, func(s *txnDecoder) {
-		for s.more() {
-			num, typ := s.tag()
-			switch {
-			case num == fDelRespHeader && typ == protowire.BytesType && r.Header == nil:
-				r.Header = s.header(s.bytes())
-			case num == fDelRespDeleted && typ == protowire.VarintType:
-				r.Deleted = int64(s.varint())
-			case num == fDelRespPrev && typ == protowire.BytesType:
-				r.PrevKvs = append(r.PrevKvs, s.keyValue(s.bytes()))
-			default:
-				s.fail()
-			}
+	s := d.nested(b)
+	for s.more() {
+		num, typ := s.tag()
+		switch {
+		case num == fDelRespHeader && typ == protowire.BytesType && r.Header == nil:
+			r.Header = s.header(s.bytes())
+		case num == fDelRespDeleted && typ == protowire.VarintType:
+			r.Deleted = int64(s.varint())
+		case num == fDelRespPrev && typ == protowire.BytesType:
+			r.PrevKvs = append(r.PrevKvs, s.keyValue(s.bytes()))
+		default:
+			s.fail()
 		}
-	})
+	}
+	d.done(&s)
 	return r
 }
 
 func (d *txnDecoder) keyValue(b []byte) *mvccpb.KeyValue {
 	kv := &mvccpb.KeyValue{}
-	d.sub(b, func(s *txnDecoder) {
-		for s.more() {
-			num, typ := s.tag()
-			switch {
-			case num == fKVKey && typ == protowire.BytesType:
-				kv.Key = copied(s.bytes())
-			case num == fKVValue && typ == protowire.BytesType:
-				kv.Value = copied(s.bytes())
-			case typ == protowire.VarintType && num >= fKVCreate && num <= fKVLease && num != fKVValue:
-				v := int64(s.varint())
-				switch num {
-				case fKVCreate:
-					kv.CreateRevision = v
-				case fKVMod:
-					kv.ModRevision = v
-				case fKVVersion:
-					kv.Version = v
-				case fKVLease:
-					kv.Lease = v
-				}
-			default:
-				s.fail()
+	s := d.nested(b)
+	for s.more() {
+		num, typ := s.tag()
+		switch {
+		case num == fKVKey && typ == protowire.BytesType:
+			kv.Key = copied(s.bytes())
+		case num == fKVValue && typ == protowire.BytesType:
+			kv.Value = copied(s.bytes())
+		case typ == protowire.VarintType && num >= fKVCreate && num <= fKVLease && num != fKVValue:
+			v := int64(s.varint())
+			switch num {
+			case fKVCreate:
+				kv.CreateRevision = v
+			case fKVMod:
+				kv.ModRevision = v
+			case fKVVersion:
+				kv.Version = v
+			case fKVLease:
+				kv.Lease = v
 			}
+		default:
+			s.fail()
 		}
-	})
+	}
+	d.done(&s)
 	return kv
 }
