@@ -273,71 +273,56 @@ func decodeInstance(b []byte) (cairn.InstanceRecord, error) {
 // decodes each key once, and leaves out any key that is not a blob key (none,
 // in a validated checkpoint).
 func refParts(c *cairn.Checkpoint) (parts [keys.NumShards][][]byte, mask uint32) {
-	bufs := &encodeBufs{}
-	all := bufs.all[:0]
-	add := func(k string) {
-		var sd shardDigest
-		if shard, ok := keys.ParseBlobKey(k, &sd.d); ok {
-			sd.shard = shard
-			all = append(all, sd)
+	var valid cairn.Checkpoint
+	var d cairn.BlobDigests
+	for _, e := range c.Files {
+		var dg keys.Digest
+		if shard, ok := keys.ParseBlobKey(e.BlobKey, &dg); ok && e.Kind == cairn.KindFile && shard >= keys.NumShards/2 {
+			valid.Files, d.Files = append(valid.Files, e), append(d.Files, dg)
 		}
 	}
-	for i := range c.Files {
-		if c.Files[i].Kind == cairn.KindFile {
-			add(c.Files[i].BlobKey)
+	for _, a := range c.Artifacts {
+		var dg keys.Digest
+		if shard, ok := keys.ParseBlobKey(a.BlobKey, &dg); ok && shard < keys.NumShards/2 {
+			valid.Artifacts, d.Artifacts = append(valid.Artifacts, a), append(d.Artifacts, dg)
 		}
 	}
-	for i := range c.Artifacts {
-		add(c.Artifacts[i].BlobKey)
-	}
-	bufs.all = all
-	return refPartsOf(bufs)
+	return refPartsFrom(&valid, &d, &encodeBufs{})
 }
 
 // refPartsFrom is refParts from the digests of c's blob keys, as
 // cairn.CheckAppendInputDigests decoded them, in the arrays of bufs: the
 // parts are slices of bufs.refs, which holds them until bufs is used again.
 func refPartsFrom(c *cairn.Checkpoint, d *cairn.BlobDigests, bufs *encodeBufs) (parts [keys.NumShards][][]byte, mask uint32) {
-	n := len(c.Files) + len(c.Artifacts)
-	all := slices.Grow(bufs.all[:0], n)[:n]
-	j := 0
-	for i := range c.Files {
-		if c.Files[i].Kind == cairn.KindFile {
-			sd := &all[j]
-			sd.d = d.Files[i]
-			sd.shard = keys.DigestShard(keys.NSFile, &sd.d)
-			j++
-		}
-	}
-	for i := range c.Artifacts {
-		sd := &all[j]
-		sd.d = d.Artifacts[i]
-		sd.shard = keys.DigestShard(keys.NSArtifact, &sd.d)
-		j++
-	}
-	bufs.all = all[:j]
-	return refPartsOf(bufs)
-}
-
-// refPartsOf returns the parts and the shard mask of the digests in
-// bufs.all, in the arrays of bufs.
-func refPartsOf(bufs *encodeBufs) (parts [keys.NumShards][][]byte, mask uint32) {
-	all := bufs.all
 	// A counting sort on (namespace, first byte) orders the digests by shard
 	// and nearly by value; sorting each of its small buckets finishes it.
+	const fileBuckets = int(keys.NSFile) << 8
 	var count [2 * 256]int32
-	for i := range all {
-		count[bucketOf(all[i].shard, all[i].d[0])]++
+	for i := range c.Files {
+		if c.Files[i].Kind == cairn.KindFile {
+			count[fileBuckets|int(d.Files[i][0])]++
+		}
+	}
+	for i := range d.Artifacts {
+		count[d.Artifacts[i][0]]++
 	}
 	var start [len(count) + 1]int32
 	for b, n := range count {
 		start[b+1] = start[b] + n
 	}
-	sorted := slices.Grow(bufs.sorted[:0], len(all))[:len(all)]
+	n := int(start[len(count)])
+	sorted := slices.Grow(bufs.sorted[:0], n)[:n]
 	next := start
-	for i := range all {
-		b := bucketOf(all[i].shard, all[i].d[0])
-		sorted[next[b]] = all[i].d
+	for i := range c.Files {
+		if c.Files[i].Kind == cairn.KindFile {
+			b := fileBuckets | int(d.Files[i][0])
+			sorted[next[b]] = d.Files[i]
+			next[b]++
+		}
+	}
+	for i := range d.Artifacts {
+		b := d.Artifacts[i][0]
+		sorted[next[b]] = d.Artifacts[i]
 		next[b]++
 	}
 	for b := range count {
@@ -345,7 +330,7 @@ func refPartsOf(bufs *encodeBufs) (parts [keys.NumShards][][]byte, mask uint32) 
 			slices.SortFunc(sorted[start[b]:start[b+1]], compareDigests)
 		}
 	}
-	buf := slices.Grow(bufs.refs[:0], len(all)*keys.DigestLen)
+	buf := slices.Grow(bufs.refs[:0], n*keys.DigestLen)
 	per := refPartBytes / keys.DigestLen
 	for shard := range keys.NumShards {
 		// The shard's buckets are contiguous: its namespace, and first bytes
@@ -378,7 +363,6 @@ type encodeBufs struct {
 	digests cairn.BlobDigests
 	body    []byte
 	refs    []byte
-	all     []shardDigest
 	sorted  []keys.Digest
 }
 
@@ -395,25 +379,12 @@ func (b *encodeBufs) release() {
 	bufPool.Put(b)
 }
 
-// bucketOf numbers the (namespace, first byte) buckets of refParts in key
-// order.
-func bucketOf(shard, first byte) int {
-	ns := int(shard) / (keys.NumShards / 2)
-	return ns<<8 | int(first)
-}
-
 // shardRange returns the buckets [lo, hi) of a shard.
 func shardRange(shard byte) (lo, hi int) {
 	perShard := 256 / (keys.NumShards / 2)
 	ns, i := int(shard)/(keys.NumShards/2), int(shard)%(keys.NumShards/2)
 	lo = ns<<8 | i*perShard
 	return lo, lo + perShard
-}
-
-// shardDigest is a blob key as its shard and digest.
-type shardDigest struct {
-	d     keys.Digest
-	shard byte
 }
 
 // compareDigests orders digests by their bytes, comparing them as four

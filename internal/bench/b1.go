@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/cairnstore/cairn"
@@ -145,31 +146,30 @@ func (r *runner) b1(ctx context.Context) ([]Row, error) {
 	bareLat := make([][]time.Duration, cfg.Rounds)
 	shapeLat := make([][]time.Duration, cfg.Rounds)
 	retries := 0
-	var cairnCPU, bareCPU time.Duration
-	timed := func(n int, do func(context.Context) error) ([]time.Duration, error) {
+	// The CPU time per operation of each round's appends and bare Txns.
+	cairnCPU := make([]time.Duration, cfg.Rounds)
+	bareCPU := make([]time.Duration, cfg.Rounds)
+	timed := func(n int, do func(context.Context) error) ([]time.Duration, time.Duration, error) {
 		lat := make([]time.Duration, 0, n)
 		c0 := cpuTime()
 		for range n {
 			start := time.Now()
 			if err := do(ctx); err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			lat = append(lat, time.Since(start))
 		}
-		bareCPU += cpuTime() - c0
-		return lat, nil
+		return lat, (cpuTime() - c0) / time.Duration(n), nil
 	}
 	err = r.alternate("B1", cfg.Rounds, func() error { return tidy(ctx, cli, []*chain{ch}, b1BarePrefix, b1ShapePrefix) }, func(round int) error {
 		lat, n, cpu, err := timedAppends(ctx, ch, build, cfg.B1Appends)
-		cairnLat[round], retries, cairnCPU = lat, retries+n, cairnCPU+cpu
+		cairnLat[round], retries, cairnCPU[round] = lat, retries+n, cpu/time.Duration(cfg.B1Appends)
 		return err
 	}, func(round int) (err error) {
-		bareLat[round], err = timed(cfg.B1Appends, bare.do)
+		bareLat[round], bareCPU[round], err = timed(cfg.B1Appends, bare.do)
 		return err
 	}, func(round int) (err error) {
-		c0 := cpuTime()
-		shapeLat[round], err = timed(cfg.B1Appends, shape.do)
-		bareCPU -= cpuTime() - c0
+		shapeLat[round], _, err = timed(cfg.B1Appends, shape.do)
 		return err
 	})
 	if err != nil {
@@ -185,7 +185,7 @@ func (r *runner) b1(ctx context.Context) ([]Row, error) {
 	}
 	ca, ba, sa := all(cairnLat), all(bareLat), all(shapeLat)
 	s50, _ := roundRatios(shapeLat, bareLat)
-	ops := time.Duration(cfg.Rounds * cfg.B1Appends)
+	cpu := cpuRow("B1", cairnCPU, bareCPU)
 	row := Row{
 		ID:       "B1",
 		Workload: fmt.Sprintf("append of a %d-entry checkpoint that ends the claims of its %d new keys, one writer (latency)", cfg.B1Entries, max(1, cfg.B1Entries/20)),
@@ -199,29 +199,55 @@ func (r *runner) b1(ctx context.Context) ([]Row, error) {
 				cfg.B1Appends, len(calls)/probe, txns/probe, fmtBytes(int64(size)), size, bare.size, retries, fmtRatio(p99)),
 			fmt.Sprintf("bare etcd sending the append's own shape (%d compares, %d puts of the same sizes, to new keys): p50 %s, p99 %s, median p50 ratio to the bare Txn %s; the rest of the gap is the store's work on the client.",
 				len(shape.cmps), len(shape.puts), fmtDur(quantile(sa, .5)), fmtDur(quantile(sa, .99)), fmtRatio(s50)),
-			fmt.Sprintf("CPU time of the benchmark process (the client side) per operation: append %s, bare Txn %s.", fmtDur(cairnCPU/ops), fmtDur(bareCPU/ops)),
+			fmt.Sprintf("CPU time of the benchmark process (the client side) per operation, medians over the rounds: append %s, bare Txn %s.", fmtDur(medianDur(cairnCPU)), fmtDur(medianDur(bareCPU))),
 		},
 	}
-	return []Row{row, cpuRow("B1", cairnCPU/ops, bareCPU/ops)}, nil
+	return []Row{row, cpu}, nil
 }
 
 // cpuRow is the client-CPU row of B1 or B2 (id): the CPU time the benchmark
-// process spent per append against per bare Txn of the same request size, in
-// the same rounds. The client shares the machine's cores with etcd, so what
-// it spends is taken from etcd; CPU time, unlike latency, does not move with
-// the machine's load.
-func cpuRow(id string, cairn, bare time.Duration) Row {
-	ratio := float64(cairn) / float64(bare)
+// process spent per append against per bare Txn of the same request size,
+// round by round (cairn[i] and bare[i] are round i's, per operation). The
+// client shares the machine's cores with etcd, so what it spends is taken
+// from etcd; CPU time, unlike latency, does not move with the machine's load.
+// As in the other rows, the ratio is the median of the rounds' ratios, so
+// that one round disturbed by something else on the machine (a collection
+// that happens to fall in it) does not decide it.
+func cpuRow(id string, cairn, bare []time.Duration) Row {
+	ratios := make([]float64, len(cairn))
+	for i := range cairn {
+		ratios[i] = float64(cairn[i]) / float64(bare[i])
+	}
+	ratio := median(ratios)
 	return Row{
 		ID:       id + "-CPU",
 		Workload: fmt.Sprintf("client CPU time of %s's appends (per operation)", id),
-		Cairn:    fmtDur(cairn) + " per append",
-		Baseline: fmtDur(bare) + " per bare Txn",
+		Cairn:    fmtDur(medianDur(cairn)) + " per append",
+		Baseline: fmtDur(medianDur(bare)) + " per bare Txn",
 		Ratio:    ratio,
 		Target:   "ratio ≤ 1.3",
 		Result:   verdict(ratio <= 1.3),
-		Notes:    []string{fmt.Sprintf("getrusage of the benchmark process (user + system) around %s's timed appends and its bare Txns; etcd runs in a process of its own.", id)},
+		Notes: []string{fmt.Sprintf("getrusage of the benchmark process (user + system) around each round's timed appends and its bare Txns, per operation; the ratio is the median of the rounds' ratios (each round's: %s); etcd runs in a process of its own.",
+			fmtRatios(ratios))},
 	}
+}
+
+// medianDur is the median of ds.
+func medianDur(ds []time.Duration) time.Duration {
+	fs := make([]float64, len(ds))
+	for i, d := range ds {
+		fs[i] = float64(d)
+	}
+	return time.Duration(median(fs))
+}
+
+// fmtRatios lists ratios as the table writes them.
+func fmtRatios(rs []float64) string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = fmtRatio(r)
+	}
+	return strings.Join(out, ", ")
 }
 
 // roundRatios returns the median over the rounds of cairn's p50 over the

@@ -158,18 +158,20 @@ func (r *runner) b2(ctx context.Context) ([]Row, error) {
 	bareRate := make([]float64, cfg.Rounds)
 	shapeRate := make([]float64, cfg.Rounds)
 	retries := 0
-	var cairnCPU, bareCPU time.Duration
+	cairnCPU := make([]time.Duration, cfg.Rounds)
+	bareCPU := make([]time.Duration, cfg.Rounds)
+	perOp := func(d time.Duration) time.Duration { return d / time.Duration(n) }
 	err = r.alternate("B2", cfg.Rounds, func() error { return tidy(ctx, cli, w.chains, b2BarePrefix, b2ShapePrefix) }, func(round int) error {
 		keys := w.keys(cfg.B2Appends)
 		c0 := cpuTime()
 		d, k, err := w.run(ctx, keys)
-		cairnCPU += cpuTime() - c0
+		cairnCPU[round] = perOp(cpuTime() - c0)
 		cairnRate[round], retries = n/d.Seconds(), retries+k
 		return err
 	}, func(round int) error {
 		c0 := cpuTime()
 		d, err := bareRun(bare.do)
-		bareCPU += cpuTime() - c0
+		bareCPU[round] = perOp(cpuTime() - c0)
 		bareRate[round] = n / d.Seconds()
 		return err
 	}, func(round int) error {
@@ -181,10 +183,10 @@ func (r *runner) b2(ctx context.Context) ([]Row, error) {
 		return nil, err
 	}
 	for i := range cairnRate {
-		r.logf("B2: round %d: cairn %.0f appends/s, bare %.0f Txn/s, shape %.0f Txn/s", i+1, cairnRate[i], bareRate[i], shapeRate[i])
+		r.logf("B2: round %d: cairn %.0f appends/s, bare %.0f Txn/s, shape %.0f Txn/s; CPU per operation: cairn %s, bare %s",
+			i+1, cairnRate[i], bareRate[i], shapeRate[i], fmtDur(cairnCPU[i]), fmtDur(bareCPU[i]))
 	}
 	ratio := median(divide(cairnRate, bareRate))
-	ops := time.Duration(n) * time.Duration(cfg.Rounds)
 	return []Row{{
 		ID:       "B2",
 		Workload: fmt.Sprintf("%d writers on %d threads, checkpoints sharing %.0f%% of their blob keys (throughput)", cfg.B2Writers, cfg.B2Writers, cfg.B2Shared*100),
@@ -198,9 +200,9 @@ func (r *runner) b2(ctx context.Context) ([]Row, error) {
 				cfg.B2Appends, cfg.B1Entries, size, bare.size),
 			fmt.Sprintf("bare etcd sending the append's own shape (%d compares, %d puts of the same sizes) at the same concurrency: %s Txn/s, median ratio to the bare Txn %s; the rest of the gap is the store's work on the client, which shares the 2 cores with etcd.",
 				len(shape.cmps), len(shape.puts), fmtRate(median(shapeRate)), fmtRatio(median(divide(shapeRate, bareRate)))),
-			fmt.Sprintf("CPU time of the benchmark process (the client side) per operation: append %s, bare Txn %s.", fmtDur(cairnCPU/ops), fmtDur(bareCPU/ops)),
+			fmt.Sprintf("CPU time of the benchmark process (the client side) per operation, medians over the rounds: append %s, bare Txn %s.", fmtDur(medianDur(cairnCPU)), fmtDur(medianDur(bareCPU))),
 		},
-	}, cpuRow("B2", cairnCPU/ops, bareCPU/ops)}, nil
+	}, cpuRow("B2", cairnCPU, bareCPU)}, nil
 }
 
 // divide returns a[i]/b[i] for each i.
