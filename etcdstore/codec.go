@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"unsafe"
 
 	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/keys"
@@ -292,7 +293,7 @@ func refParts(c *cairn.Checkpoint) (parts [keys.NumShards][][]byte, mask uint32)
 
 // refPartsFrom is refParts from the digests of c's blob keys, as
 // cairn.CheckAppendInputDigests decoded them, in the arrays of bufs: the
-// parts are slices of bufs.refs, which holds them until bufs is used again.
+// parts are slices of bufs.sorted, which holds them until bufs is used again.
 func refPartsFrom(c *cairn.Checkpoint, d *cairn.BlobDigests, bufs *encodeBufs) (parts [keys.NumShards][][]byte, mask uint32) {
 	// A counting sort on (namespace, first byte) orders the digests by shard
 	// and nearly by value; sorting each of its small buckets finishes it.
@@ -327,10 +328,11 @@ func refPartsFrom(c *cairn.Checkpoint, d *cairn.BlobDigests, bufs *encodeBufs) (
 	}
 	for b := range count {
 		if count[b] > 1 {
-			slices.SortFunc(sorted[start[b]:start[b+1]], compareDigests)
+			sortDigests(sorted[start[b]:start[b+1]])
 		}
 	}
-	buf := slices.Grow(bufs.refs[:0], n*keys.DigestLen)
+	// The parts are the sorted digests themselves, seen as bytes: a
+	// [32]byte has no padding, so a run of them is a run of bytes.
 	per := refPartBytes / keys.DigestLen
 	for shard := range keys.NumShards {
 		// The shard's buckets are contiguous: its namespace, and first bytes
@@ -343,16 +345,22 @@ func refPartsFrom(c *cairn.Checkpoint, d *cairn.BlobDigests, bufs *encodeBufs) (
 		mask |= 1 << shard
 		for len(ds) > 0 {
 			n := min(per, len(ds))
-			from := len(buf)
-			for i := range ds[:n] {
-				buf = append(buf, ds[i][:]...)
-			}
-			parts[shard] = append(parts[shard], buf[from:len(buf):len(buf)])
+			parts[shard] = append(parts[shard], unsafe.Slice(&ds[0][0], n*keys.DigestLen))
 			ds = ds[n:]
 		}
 	}
-	bufs.sorted, bufs.refs = sorted, buf
+	bufs.sorted = sorted
 	return parts, mask
+}
+
+// sortDigests sorts the few digests of one bucket of refPartsFrom (about
+// one in a bucket, rarely more than four) by insertion.
+func sortDigests(ds []keys.Digest) {
+	for i := 1; i < len(ds); i++ {
+		for j := i; j > 0 && compareDigests(ds[j-1], ds[j]) > 0; j-- {
+			ds[j-1], ds[j] = ds[j], ds[j-1]
+		}
+	}
 }
 
 // encodeBufs are the arrays that encoding a checkpoint and its reference
@@ -362,8 +370,7 @@ func refPartsFrom(c *cairn.Checkpoint, d *cairn.BlobDigests, bufs *encodeBufs) (
 type encodeBufs struct {
 	digests cairn.BlobDigests
 	body    []byte
-	refs    []byte
-	sorted  []keys.Digest
+	sorted  []keys.Digest // the reference records' digests, in order
 }
 
 var bufPool = sync.Pool{New: func() any { return new(encodeBufs) }}
@@ -373,7 +380,7 @@ var bufPool = sync.Pool{New: func() any { return new(encodeBufs) }}
 const maxPooledBytes = 256 << 10
 
 func (b *encodeBufs) release() {
-	if cap(b.body) > maxPooledBytes || cap(b.refs) > maxPooledBytes {
+	if cap(b.body) > maxPooledBytes || cap(b.sorted)*keys.DigestLen > maxPooledBytes {
 		return
 	}
 	bufPool.Put(b)

@@ -101,7 +101,7 @@ func FuzzRefParts(f *testing.F) {
 			_, d.Artifacts[i], _ = keys.BlobShard(a.BlobKey)
 		}
 		parts, mask := refParts(&c)
-		pooled := &encodeBufs{sorted: make([]keys.Digest, 5), refs: make([]byte, 7)} // stale arrays
+		pooled := &encodeBufs{sorted: make([]keys.Digest, 5)} // a stale array
 		fparts, fmask := refPartsFrom(&c, &d, pooled)
 		for shard := range keys.NumShards {
 			got, fgot := bytes.Join(parts[shard], nil), bytes.Join(fparts[shard], nil)
