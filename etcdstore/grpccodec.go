@@ -31,9 +31,10 @@ var requestCodecOption = grpc.ForceCodecV2(requestCodec{})
 
 func (requestCodec) Marshal(v any) (mem.BufferSlice, error) {
 	if r, ok := v.(*etcdserverpb.TxnRequest); ok && fastTxnRequest(r) {
-		size := txnSize(r)
+		var sizes [64]int // an append's transaction has about 20 messages
+		size, enc := sizeTxn(r, sizes[:])
 		buf := requestPool.Get(size)
-		if b := appendTxn((*buf)[:0], r); len(b) != size {
+		if b := enc.write((*buf)[:0], r); len(b) != size {
 			requestPool.Put(buf)
 			return nil, fmt.Errorf("etcdstore: marshal %T: %d bytes, sized %d", v, len(b), size)
 		}

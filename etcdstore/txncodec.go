@@ -37,12 +37,18 @@ const (
 	fKVValue, fKVLease                              = 5, 6
 )
 
-// txnEncoder sizes and writes a TxnRequest. The two walks share the field
-// logic: with b nil a walk only counts (n); otherwise it appends to b.
+// txnEncoder sizes and writes a TxnRequest, in two walks that share the
+// field logic: the sizing walk (size set) counts the bytes (n) and records
+// the size of each nested message, in the order the messages begin, in
+// sizes; the writing walk appends to b and takes each nested message's size
+// from sizes (next is the next one to take), so that no message is sized
+// twice.
 type txnEncoder struct {
-	b    []byte
-	n    int
-	size bool
+	b     []byte
+	n     int
+	size  bool
+	sizes []int
+	next  int
 }
 
 func (e *txnEncoder) tag(num protowire.Number, typ protowire.Type) {
@@ -101,18 +107,23 @@ type msg struct {
 	rng *etcdserverpb.RangeRequest
 }
 
-// message writes a length-delimited message field: its length is the size
-// of m, counted first by a sizing walk of its own.
+// message writes a length-delimited message field holding m.
 func (e *txnEncoder) message(num protowire.Number, m msg) {
-	sub := txnEncoder{size: true}
-	sub.body(m)
-	e.tag(num, protowire.BytesType)
-	e.varint(uint64(sub.n))
 	if e.size {
-		e.n += sub.n
-	} else {
+		slot := len(e.sizes)
+		e.sizes = append(e.sizes, 0)
+		start := e.n
 		e.body(m)
+		n := e.n - start
+		e.sizes[slot] = n
+		e.n = start + protowire.SizeTag(num) + protowire.SizeVarint(uint64(n)) + n
+		return
 	}
+	n := e.sizes[e.next]
+	e.next++
+	e.tag(num, protowire.BytesType)
+	e.varint(uint64(n))
+	e.body(m)
 }
 
 func (e *txnEncoder) body(m msg) {
@@ -242,18 +253,31 @@ func (e *txnEncoder) rangeRequest(r *etcdserverpb.RangeRequest) {
 	e.intField(13, r.MaxCreateRevision)
 }
 
+// sizeTxn runs the sizing walk of r, which fastTxnRequest accepted: it
+// returns r's size and the encoder whose write appends r.
+func sizeTxn(r *etcdserverpb.TxnRequest, sizes []int) (int, txnEncoder) {
+	e := txnEncoder{size: true, sizes: sizes[:0]}
+	e.txn(r)
+	return e.n, txnEncoder{sizes: e.sizes}
+}
+
+// write appends r, the request sizeTxn sized, to b.
+func (e txnEncoder) write(b []byte, r *etcdserverpb.TxnRequest) []byte {
+	e.b, e.next = b, 0
+	e.txn(r)
+	return e.b
+}
+
 // txnSize returns the encoded size of r, which fastTxnRequest accepted.
 func txnSize(r *etcdserverpb.TxnRequest) int {
-	e := txnEncoder{size: true}
-	e.txn(r)
-	return e.n
+	n, _ := sizeTxn(r, nil)
+	return n
 }
 
 // appendTxn appends the encoding of r, which fastTxnRequest accepted, to b.
 func appendTxn(b []byte, r *etcdserverpb.TxnRequest) []byte {
-	e := txnEncoder{b: b}
-	e.txn(r)
-	return e.b
+	_, e := sizeTxn(r, nil)
+	return e.write(b, r)
 }
 
 // decodeTxnResponse decodes b into r, which must be empty, and reports
