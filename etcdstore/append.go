@@ -223,7 +223,7 @@ func (s *Store) records(w *newCheckpoint, st threadState, seq uint64, n keys.Non
 	c := w.c
 	rec := st.nextRecord(w, seq, n)
 	meta := ckptMeta{
-		Seq: seq, Nonce: n.String(), Shards: w.mask, Chunks: w.chunks(), Size: len(w.body),
+		Seq: seq, Nonce: rec.Op, Shards: w.mask, Chunks: w.chunks(), Size: len(w.body),
 	}
 	if meta.Chunks == 0 {
 		meta.Body = w.body
@@ -236,7 +236,7 @@ func (s *Store) records(w *newCheckpoint, st threadState, seq uint64, n keys.Non
 	}
 	value := w.recordValue(meta)
 	tv := rec.appendJSON(make([]byte, 0, 160+len(rec.Head)))
-	idx := idxRec{Thread: c.ThreadID, CreatedAt: keyFloat(c.CreatedAt), Seq: seq, Nonce: n.String()}
+	idx := idxRec{Thread: c.ThreadID, CreatedAt: keyFloat(c.CreatedAt), Seq: seq, Nonce: rec.Op}
 	iv := idx.appendJSON(make([]byte, 0, 100+len(idx.Thread)))
 	return []*etcdserverpb.RequestOp{
 		putReqBytes(s.layout.Thread(c.ThreadID), tv),
@@ -269,21 +269,13 @@ func (s *Store) threadCmp(thread string, st threadState) clientv3.Cmp {
 
 // threadCompare is threadCmp as etcd's message, for a built request.
 func (s *Store) threadCompare(thread string, st threadState) *etcdserverpb.Compare {
-	k := string(s.layout.Thread(thread))
-	if st.rev == 0 {
-		return cmpAbsent(k)
-	}
-	return cmpModRev(k, st.rev)
+	return cmpState(s.layout.Thread(thread), st.rev)
 }
 
 // idxCompare compares the index record of id: absent, or (when a pruned
 // checkpoint left a stale one) unchanged since it was read.
 func (s *Store) idxCompare(id string, staleRev int64) *etcdserverpb.Compare {
-	k := string(s.layout.Index(id))
-	if staleRev == 0 {
-		return cmpAbsent(k)
-	}
-	return cmpModRev(k, staleRev)
+	return cmpState(s.layout.Index(id), staleRev)
 }
 
 type appendOp struct {
@@ -471,8 +463,9 @@ func (op *appendOp) run(ctx context.Context, pending error, pendingRev int64) (e
 			op.claims = s.claims.of(in.Writer)
 		}
 		wk := s.writerKeys(c.ThreadID)
+		threadKey, idxKey := s.layout.Thread(c.ThreadID), s.layout.Index(c.ID)
 		cmps := s.withRawGuards(append(fence.GuardCompares(wk, in.Writer.OwnerToken, in.Writer.Fence, now),
-			s.idxCompare(c.ID, staleIdx), s.threadCompare(c.ThreadID, st)))
+			cmpState(idxKey, staleIdx), cmpState(threadKey, st.rev)))
 		then := append(s.records(op.w, st, seq, op.nonce), writes...)
 		// The lease's claims end with the append, in its transaction when
 		// they fit: a staged append deletes them after its publish.
@@ -483,7 +476,7 @@ func (op *appendOp) run(ctx context.Context, pending error, pendingRev int64) (e
 			}
 		}
 		resp, err := s.raw.txn(ctx, cmps, then, []*etcdserverpb.RequestOp{
-			getReq(wk.Owner), getReq(wk.Expiry), getReqBytes(s.layout.Index(c.ID)), getReqBytes(s.layout.Thread(c.ThreadID)),
+			getReq(wk.Owner), getReq(wk.Expiry), getReqBytes(idxKey), getReqBytes(threadKey),
 		})
 		if err != nil {
 			if errors.Is(err, rpctypes.ErrKeyNotFound) && op.staging != nil {

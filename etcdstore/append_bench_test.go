@@ -41,14 +41,15 @@ func BenchmarkAppendPrep200(b *testing.B) {
 		vals := s.blobs(w, c.ThreadID, seq, n)
 		writes := putReqs(vals)
 		wk := s.writerKeys(c.ThreadID)
+		threadKey, idxKey := s.layout.Thread(c.ThreadID), s.layout.Index(c.ID)
 		cmps := s.withRawGuards(append(fence.GuardCompares(wk, in.Writer.OwnerToken, in.Writer.Fence, 1.7e12),
-			s.idxCompare(c.ID, 0), s.threadCompare(c.ThreadID, st)))
+			cmpState(idxKey, 0), cmpState(threadKey, st.rev)))
 		then := append(s.records(w, st, seq, n), writes...)
 		for _, k := range claims {
 			then = append(then, deleteReq(k))
 		}
 		req := txnRequest(cmps, then, []*etcdserverpb.RequestOp{
-			getReq(wk.Owner), getReq(wk.Expiry), getReqBytes(s.layout.Index(c.ID)), getReqBytes(s.layout.Thread(c.ThreadID)),
+			getReq(wk.Owner), getReq(wk.Expiry), getReqBytes(idxKey), getReqBytes(threadKey),
 		})
 		bs, err := requestCodec{}.Marshal(req)
 		if err != nil {

@@ -14,8 +14,8 @@ func TestRawComparesAreClientv3s(t *testing.T) {
 		raw  *etcdserverpb.Compare
 		want clientv3.Cmp
 	}{
-		{cmpAbsent("k"), clientv3.Compare(clientv3.CreateRevision("k"), "=", 0)},
-		{cmpModRev("k", 7), clientv3.Compare(clientv3.ModRevision("k"), "=", 7)},
+		{cmpAbsent([]byte("k")), clientv3.Compare(clientv3.CreateRevision("k"), "=", 0)},
+		{cmpModRev([]byte("k"), 7), clientv3.Compare(clientv3.ModRevision("k"), "=", 7)},
 	} {
 		if !proto.Equal(c.raw, c.want.GetCompare()) {
 			t.Errorf("%v, want %v", c.raw, c.want.GetCompare())

@@ -215,9 +215,9 @@ func (op *forkOp) run(ctx context.Context, pending error, pendingRev int64) (*ca
 		ops = append(ops, putReq(string(s.layout.Transcript(dest)), []byte(tv)))
 		cmps := s.withRawGuards(append(fence.GuardCompares(wk, in.Writer.OwnerToken, in.Writer.Fence, now),
 			s.threadCompare(dest, destSt),
-			cmpAbsent(string(s.layout.Transcript(dest))),
+			cmpAbsent(s.layout.Transcript(dest)),
 			s.idxCompare(in.DestinationCheckpointID, ids.staleRev),
-			cmpModRev(string(srcKV.Key), srcKV.ModRevision),
+			cmpModRev(srcKV.Key, srcKV.ModRevision),
 			s.threadCompare(src.ThreadID, srcSt),
 		))
 		resp, err := s.raw.txn(ctx, cmps, ops, nil)

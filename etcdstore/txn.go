@@ -132,16 +132,26 @@ func txnRequest(cmps []*etcdserverpb.Compare, then, els []*etcdserverpb.RequestO
 // The comparisons of a built request. clientv3.Compare copies each
 // comparison it makes by reflection (proto.Clone); these are built directly.
 
-// cmpAbsent holds when key does not exist.
-func cmpAbsent(key string) *etcdserverpb.Compare {
-	return &etcdserverpb.Compare{Result: etcdserverpb.Compare_EQUAL, Target: etcdserverpb.Compare_CREATE, Key: []byte(key),
+// cmpAbsent holds when key does not exist. The comparison keeps key.
+func cmpAbsent(key []byte) *etcdserverpb.Compare {
+	return &etcdserverpb.Compare{Result: etcdserverpb.Compare_EQUAL, Target: etcdserverpb.Compare_CREATE, Key: key,
 		TargetUnion: &etcdserverpb.Compare_CreateRevision{}}
 }
 
-// cmpModRev holds when key was last written at revision rev.
-func cmpModRev(key string, rev int64) *etcdserverpb.Compare {
-	return &etcdserverpb.Compare{Result: etcdserverpb.Compare_EQUAL, Target: etcdserverpb.Compare_MOD, Key: []byte(key),
+// cmpModRev holds when key was last written at revision rev. The comparison
+// keeps key.
+func cmpModRev(key []byte, rev int64) *etcdserverpb.Compare {
+	return &etcdserverpb.Compare{Result: etcdserverpb.Compare_EQUAL, Target: etcdserverpb.Compare_MOD, Key: key,
 		TargetUnion: &etcdserverpb.Compare_ModRevision{ModRevision: rev}}
+}
+
+// cmpState holds when key was last written at revision rev, or, with rev 0,
+// when key does not exist.
+func cmpState(key []byte, rev int64) *etcdserverpb.Compare {
+	if rev == 0 {
+		return cmpAbsent(key)
+	}
+	return cmpModRev(key, rev)
 }
 
 // withRawGuards appends the store's guards to a write's comparisons, each a

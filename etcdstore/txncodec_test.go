@@ -43,7 +43,7 @@ func sampleRequests() map[string]*etcdserverpb.TxnRequest {
 	return map[string]*etcdserverpb.TxnRequest{
 		"Empty": {},
 		"Append": txnRequest(
-			[]*etcdserverpb.Compare{cmpAbsent("/idx/a"), cmpModRev("/thread/t", 99), cmpModRev("/owner", 0)},
+			[]*etcdserverpb.Compare{cmpAbsent([]byte("/idx/a")), cmpModRev([]byte("/thread/t"), 99), cmpModRev([]byte("/owner"), 0)},
 			[]*etcdserverpb.RequestOp{putReq("/thread/t", []byte(`{"head":"a"}`)), putReq("/ckpt/a", val), deleteReq("/claim/x")},
 			[]*etcdserverpb.RequestOp{getReq("/owner"), getReq("/expiry"), getReq("/idx/a")}),
 		"EveryCompare": txnRequest([]*etcdserverpb.Compare{
@@ -96,7 +96,7 @@ func checkTxnEncoding(t *testing.T, r *etcdserverpb.TxnRequest) {
 // What the fast encoder does not write goes to proto, through the codec.
 func TestTxnEncoderLeavesTheRestToProto(t *testing.T) {
 	nested := txnRequest(nil, []*etcdserverpb.RequestOp{{Request: &etcdserverpb.RequestOp_RequestTxn{RequestTxn: &etcdserverpb.TxnRequest{}}}}, nil)
-	withUnknown := txnRequest([]*etcdserverpb.Compare{cmpAbsent("k")}, nil, nil)
+	withUnknown := txnRequest([]*etcdserverpb.Compare{cmpAbsent([]byte("k"))}, nil, nil)
 	withUnknown.Compare[0].ProtoReflect().SetUnknown([]byte{0xf8, 0x07, 0x01}) // field 127, varint 1
 	for name, r := range map[string]*etcdserverpb.TxnRequest{
 		"NestedTxn":     nested,

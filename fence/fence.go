@@ -167,16 +167,25 @@ func Guard(k Keys, token string, fence int64, now float64) []clientv3.Cmp {
 
 // GuardCompares returns Guard's comparisons as etcd's own messages, for a
 // caller that builds its request directly: clientv3.Compare copies every
-// comparison it makes by reflection, these are built as they are.
+// comparison it makes by reflection, these are built as they are. The
+// comparisons and the slice are one allocation, and the slice has room for
+// five more comparisons of the caller's.
 func GuardCompares(k Keys, token string, fence int64, now float64) []*etcdserverpb.Compare {
-	return []*etcdserverpb.Compare{
-		{Result: etcdserverpb.Compare_EQUAL, Target: etcdserverpb.Compare_MOD, Key: []byte(k.Owner),
-			TargetUnion: &etcdserverpb.Compare_ModRevision{ModRevision: fence}},
-		{Result: etcdserverpb.Compare_EQUAL, Target: etcdserverpb.Compare_VALUE, Key: []byte(k.Owner),
-			TargetUnion: &etcdserverpb.Compare_Value{Value: []byte(token)}},
-		{Result: etcdserverpb.Compare_GREATER, Target: etcdserverpb.Compare_VALUE, Key: []byte(k.Expiry),
-			TargetUnion: &etcdserverpb.Compare_Value{Value: keys.Float64(now)}},
-	}
+	g := new(struct {
+		cmps          [3]etcdserverpb.Compare
+		mod           etcdserverpb.Compare_ModRevision
+		token, expiry etcdserverpb.Compare_Value
+		slice         [8]*etcdserverpb.Compare
+	})
+	owner := []byte(k.Owner)
+	g.mod.ModRevision = fence
+	g.token.Value = []byte(token)
+	g.expiry.Value = keys.Float64(now)
+	c := &g.cmps
+	c[0].Result, c[0].Target, c[0].Key, c[0].TargetUnion = etcdserverpb.Compare_EQUAL, etcdserverpb.Compare_MOD, owner, &g.mod
+	c[1].Result, c[1].Target, c[1].Key, c[1].TargetUnion = etcdserverpb.Compare_EQUAL, etcdserverpb.Compare_VALUE, owner, &g.token
+	c[2].Result, c[2].Target, c[2].Key, c[2].TargetUnion = etcdserverpb.Compare_GREATER, etcdserverpb.Compare_VALUE, []byte(k.Expiry), &g.expiry
+	return append(g.slice[:0], &c[0], &c[1], &c[2])
 }
 
 // IfNotCurrent returns a nested transaction that runs ops only when the lease
