@@ -462,22 +462,8 @@ func (op *appendOp) run(ctx context.Context, pending error, pendingRev int64) (e
 			op.inherited = nil
 			op.claims = s.claims.of(in.Writer)
 		}
-		wk := s.writerKeys(c.ThreadID)
-		threadKey, idxKey := s.layout.Thread(c.ThreadID), s.layout.Index(c.ID)
-		cmps := s.withRawGuards(append(fence.GuardCompares(wk, in.Writer.OwnerToken, in.Writer.Fence, now),
-			cmpState(idxKey, staleIdx), cmpState(threadKey, st.rev)))
-		then := append(s.records(op.w, st, seq, op.nonce), writes...)
-		// The lease's claims end with the append, in its transaction when
-		// they fit: a staged append deletes them after its publish.
-		inTxn := op.staging == nil && len(then)+len(op.claims) <= MaxTxnOps
-		if inTxn {
-			for _, k := range op.claims {
-				then = append(then, deleteReq(k))
-			}
-		}
-		resp, err := s.raw.txn(ctx, cmps, then, []*etcdserverpb.RequestOp{
-			getReq(wk.Owner), getReq(wk.Expiry), getReqBytes(idxKey), getReqBytes(threadKey),
-		})
+		cmps, then, els, inTxn := op.publishTxn(st, seq, writes, staleIdx, now)
+		resp, err := s.raw.txn(ctx, cmps, then, els)
 		if err != nil {
 			if errors.Is(err, rpctypes.ErrKeyNotFound) && op.staging != nil {
 				// The staged chunks expired before the publish; stage again.
@@ -517,6 +503,31 @@ func (op *appendOp) run(ctx context.Context, pending error, pendingRev int64) (e
 		// cached thread record or a stale index record. Retry on fresh state.
 		staleIdx = ids.staleRev
 	}
+}
+
+// publishTxn builds the transaction that publishes op's checkpoint as the
+// head of its thread on top of st, at seq (see Append): its comparisons, its
+// Then branch (the records, writes, and the deletes of the lease's claims
+// when they fit and nothing was staged; inTxn says they are there) and its
+// Else branch. staleIdx is the mod revision of a stale index record of the
+// id, else 0.
+func (op *appendOp) publishTxn(st threadState, seq uint64, writes []*etcdserverpb.RequestOp, staleIdx int64, now float64) (cmps []*etcdserverpb.Compare, then, els []*etcdserverpb.RequestOp, inTxn bool) {
+	s, in, c := op.s, &op.in, &op.in.Checkpoint
+	wk := s.writerKeys(c.ThreadID)
+	threadKey, idxKey := s.layout.Thread(c.ThreadID), s.layout.Index(c.ID)
+	cmps = s.withRawGuards(append(fence.GuardCompares(wk, in.Writer.OwnerToken, in.Writer.Fence, now),
+		cmpState(idxKey, staleIdx), cmpState(threadKey, st.rev)))
+	then = append(s.records(op.w, st, seq, op.nonce), writes...)
+	// The lease's claims end with the append, in its transaction when they
+	// fit: a staged append deletes them after its publish.
+	inTxn = op.staging == nil && len(then)+len(op.claims) <= MaxTxnOps
+	if inTxn {
+		for _, k := range op.claims {
+			then = append(then, deleteReq(k))
+		}
+	}
+	els = []*etcdserverpb.RequestOp{getReq(wk.Owner), getReq(wk.Expiry), getReqBytes(idxKey), getReqBytes(threadKey)}
+	return cmps, then, els, inTxn
 }
 
 func getResp(r *etcdserverpb.ResponseOp) *clientv3.GetResponse {

@@ -4,10 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"go.etcd.io/etcd/api/v3/etcdserverpb"
-
 	"github.com/cairnstore/cairn"
-	"github.com/cairnstore/cairn/fence"
 	"github.com/cairnstore/cairn/keys"
 )
 
@@ -36,21 +33,10 @@ func BenchmarkAppendPrep200(b *testing.B) {
 		if err := w.checkSize(); err != nil {
 			b.Fatal(err)
 		}
-		n := newNonce()
+		op := &appendOp{s: s, in: in, w: w, nonce: newNonce(), claims: claims}
 		seq := st.rec.LastSeq + 1
-		vals := s.blobs(w, c.ThreadID, seq, n)
-		writes := putReqs(vals)
-		wk := s.writerKeys(c.ThreadID)
-		threadKey, idxKey := s.layout.Thread(c.ThreadID), s.layout.Index(c.ID)
-		cmps := s.withRawGuards(append(fence.GuardCompares(wk, in.Writer.OwnerToken, in.Writer.Fence, 1.7e12),
-			cmpState(idxKey, 0), cmpState(threadKey, st.rev)))
-		then := append(s.records(w, st, seq, n), writes...)
-		for _, k := range claims {
-			then = append(then, deleteReq(k))
-		}
-		req := txnRequest(cmps, then, []*etcdserverpb.RequestOp{
-			getReq(wk.Owner), getReq(wk.Expiry), getReqBytes(idxKey), getReqBytes(threadKey),
-		})
+		cmps, then, els, _ := op.publishTxn(st, seq, putReqs(s.blobs(w, c.ThreadID, seq, op.nonce)), 0, 1.7e12)
+		req := txnRequest(cmps, then, els)
 		bs, err := requestCodec{}.Marshal(req)
 		if err != nil {
 			b.Fatal(err)

@@ -23,7 +23,7 @@ const (
 	fCmpResult, fCmpTarget, fCmpKey                 = 1, 2, 3
 	fCmpVersion, fCmpCreate, fCmpMod, fCmpValue     = 4, 5, 6, 7
 	fCmpLease, fCmpRangeEnd                         = 8, 64
-	fOpRange, fOpPut, fOpDelete, fOpTxn             = 1, 2, 3, 4
+	fOpRange, fOpPut, fOpDelete                     = 1, 2, 3
 	fPutKey, fPutValue, fPutLease, fPutPrevKV       = 1, 2, 3, 4
 	fPutIgnoreValue, fPutIgnoreLease                = 5, 6
 	fDelKey, fDelRangeEnd, fDelPrevKV               = 1, 2, 3
@@ -266,18 +266,6 @@ func (e txnEncoder) write(b []byte, r *etcdserverpb.TxnRequest) []byte {
 	e.b, e.next = b, 0
 	e.txn(r)
 	return e.b
-}
-
-// txnSize returns the encoded size of r, which fastTxnRequest accepted.
-func txnSize(r *etcdserverpb.TxnRequest) int {
-	n, _ := sizeTxn(r, nil)
-	return n
-}
-
-// appendTxn appends the encoding of r, which fastTxnRequest accepted, to b.
-func appendTxn(b []byte, r *etcdserverpb.TxnRequest) []byte {
-	_, e := sizeTxn(r, nil)
-	return e.write(b, r)
 }
 
 // decodeTxnResponse decodes b into r, which must be empty, and reports

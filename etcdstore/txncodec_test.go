@@ -272,3 +272,15 @@ func BenchmarkTxnResponseDecode(b *testing.B) {
 		}
 	}
 }
+
+// txnSize returns the encoded size of r, which fastTxnRequest accepted.
+func txnSize(r *etcdserverpb.TxnRequest) int {
+	n, _ := sizeTxn(r, nil)
+	return n
+}
+
+// appendTxn appends the encoding of r, which fastTxnRequest accepted, to b.
+func appendTxn(b []byte, r *etcdserverpb.TxnRequest) []byte {
+	_, e := sizeTxn(r, nil)
+	return e.write(b, r)
+}
