@@ -227,7 +227,7 @@ func cpuRow(id string, cairn, bare []time.Duration) Row {
 		Ratio:    ratio,
 		Target:   "ratio ≤ 1.3",
 		Result:   verdict(ratio <= 1.3),
-		Notes: []string{fmt.Sprintf("getrusage of the benchmark process (user + system) around each round's timed appends and its bare Txns, per operation; the ratio is the median of the rounds' ratios (each round's: %s); etcd runs in a process of its own.",
+		Notes: []string{fmt.Sprintf("getrusage of the benchmark process (user + system) around each round's timed appends and its bare Txns, per operation (B2's windows start after a collection, on both sides); the ratio is the median of the rounds' ratios (each round's: %s); etcd runs in a process of its own.",
 			fmtRatios(ratios))},
 	}
 }

@@ -163,13 +163,13 @@ func (r *runner) b2(ctx context.Context) ([]Row, error) {
 	perOp := func(d time.Duration) time.Duration { return d / time.Duration(n) }
 	err = r.alternate("B2", cfg.Rounds, func() error { return tidy(ctx, cli, w.chains, b2BarePrefix, b2ShapePrefix) }, func(round int) error {
 		keys := w.keys(cfg.B2Appends)
-		c0 := cpuTime()
+		c0 := settledCPUTime()
 		d, k, err := w.run(ctx, keys)
 		cairnCPU[round] = perOp(cpuTime() - c0)
 		cairnRate[round], retries = n/d.Seconds(), retries+k
 		return err
 	}, func(round int) error {
-		c0 := cpuTime()
+		c0 := settledCPUTime()
 		d, err := bareRun(bare.do)
 		bareCPU[round] = perOp(cpuTime() - c0)
 		bareRate[round] = n / d.Seconds()

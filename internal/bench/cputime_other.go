@@ -6,3 +6,6 @@ import "time"
 
 // cpuTime is not measured on this platform.
 func cpuTime() time.Duration { return 0 }
+
+// settledCPUTime is not measured on this platform.
+func settledCPUTime() time.Duration { return 0 }
