@@ -206,7 +206,7 @@ demo: $(if $(filter versitygw,$(S3)),$(BIN)/versitygw)
 	@$(BIN)/cairn-demo -s3=$(S3)
 
 ## bench: cairn side by side with bare etcd and the bare S3 SDK, one table;
-## QUICK=1 runs fewer rounds on smaller sizes, BENCHFLAGS passes more flags
+## QUICK=1 runs fewer rounds on smaller sizes (B1, B2 as full), BENCHFLAGS passes more flags
 ## (e.g. BENCHFLAGS="-only B1,B3 -cpuprofile /tmp/prof").
 bench: $(BIN)/versitygw
 	$(GO) build -o $(BIN)/cairn-bench ./cmd/cairn-bench

@@ -48,7 +48,7 @@ func main() {
 		cfg.Only = strings.Split(strings.ToUpper(*only), ",")
 	}
 	if *rounds > 0 {
-		cfg.Rounds, cfg.B5Rounds = *rounds, *rounds
+		cfg.Rounds, cfg.AppendRounds, cfg.B5Rounds = *rounds, *rounds, *rounds
 	}
 	cfg.ProfileDir = *profile
 	if *b10cmd != "" {

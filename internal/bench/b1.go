@@ -142,13 +142,13 @@ func (r *runner) b1(ctx context.Context) ([]Row, error) {
 		}
 	}
 
-	cairnLat := make([][]time.Duration, cfg.Rounds)
-	bareLat := make([][]time.Duration, cfg.Rounds)
-	shapeLat := make([][]time.Duration, cfg.Rounds)
+	cairnLat := make([][]time.Duration, cfg.AppendRounds)
+	bareLat := make([][]time.Duration, cfg.AppendRounds)
+	shapeLat := make([][]time.Duration, cfg.AppendRounds)
 	retries := 0
 	// The CPU time per operation of each round's appends and bare Txns.
-	cairnCPU := make([]time.Duration, cfg.Rounds)
-	bareCPU := make([]time.Duration, cfg.Rounds)
+	cairnCPU := make([]time.Duration, cfg.AppendRounds)
+	bareCPU := make([]time.Duration, cfg.AppendRounds)
 	timed := func(n int, do func(context.Context) error) ([]time.Duration, time.Duration, error) {
 		lat := make([]time.Duration, 0, n)
 		c0 := cpuTime()
@@ -161,7 +161,7 @@ func (r *runner) b1(ctx context.Context) ([]Row, error) {
 		}
 		return lat, (cpuTime() - c0) / time.Duration(n), nil
 	}
-	err = r.alternate("B1", cfg.Rounds, func() error { return tidy(ctx, cli, []*chain{ch}, b1BarePrefix, b1ShapePrefix) }, func(round int) error {
+	err = r.alternate("B1", cfg.AppendRounds, func() error { return tidy(ctx, cli, []*chain{ch}, b1BarePrefix, b1ShapePrefix) }, func(round int) error {
 		lat, n, cpu, err := timedAppends(ctx, ch, build, cfg.B1Appends)
 		cairnLat[round], retries, cairnCPU[round] = lat, retries+n, cpu/time.Duration(cfg.B1Appends)
 		return err

@@ -154,14 +154,14 @@ func (r *runner) b2(ctx context.Context) ([]Row, error) {
 	}
 
 	n := float64(cfg.B2Writers * cfg.B2Appends)
-	cairnRate := make([]float64, cfg.Rounds)
-	bareRate := make([]float64, cfg.Rounds)
-	shapeRate := make([]float64, cfg.Rounds)
+	cairnRate := make([]float64, cfg.AppendRounds)
+	bareRate := make([]float64, cfg.AppendRounds)
+	shapeRate := make([]float64, cfg.AppendRounds)
 	retries := 0
-	cairnCPU := make([]time.Duration, cfg.Rounds)
-	bareCPU := make([]time.Duration, cfg.Rounds)
+	cairnCPU := make([]time.Duration, cfg.AppendRounds)
+	bareCPU := make([]time.Duration, cfg.AppendRounds)
 	perOp := func(d time.Duration) time.Duration { return d / time.Duration(n) }
-	err = r.alternate("B2", cfg.Rounds, func() error { return tidy(ctx, cli, w.chains, b2BarePrefix, b2ShapePrefix) }, func(round int) error {
+	err = r.alternate("B2", cfg.AppendRounds, func() error { return tidy(ctx, cli, w.chains, b2BarePrefix, b2ShapePrefix) }, func(round int) error {
 		keys := w.keys(cfg.B2Appends)
 		c0 := settledCPUTime()
 		d, k, err := w.run(ctx, keys)

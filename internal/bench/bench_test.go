@@ -22,7 +22,7 @@ func TestMain(m *testing.M) {
 // tiny is a configuration small enough for a test, with every workload.
 func tiny() Config {
 	return Config{
-		Name: "smoke", Rounds: 2,
+		Name: "smoke", Rounds: 2, AppendRounds: 2,
 		B1Appends: 3, B1Entries: 20,
 		B2Writers: 3, B2Appends: 2, B2Shared: 0.8,
 		// Large enough to be staged: more than one request's worth.
@@ -164,5 +164,36 @@ func TestB10Rows(t *testing.T) {
 	}
 	if len(rows) != 3 || rows[0].ID != "B10" || rows[1].ID != "B10G" || rows[2].ID != "B10X" || rows[2].Cairn != "1.50 ms" {
 		t.Fatalf("rows %+v, want B10, B10G and B10X of 1.50 ms", rows)
+	}
+}
+
+// Every standard configuration validates, and each count that must be at
+// least one is refused at zero.
+func TestConfigValidate(t *testing.T) {
+	for _, cfg := range []Config{Full(), Quick(), tiny()} {
+		if err := cfg.validate(); err != nil {
+			t.Errorf("%s: %v", cfg.Name, err)
+		}
+	}
+	for name, zero := range map[string]func(*Config){
+		"Rounds":       func(c *Config) { c.Rounds = 0 },
+		"AppendRounds": func(c *Config) { c.AppendRounds = 0 },
+		"B5Rounds":     func(c *Config) { c.B5Rounds = 0 },
+		"B1Appends":    func(c *Config) { c.B1Appends = 0 },
+		"B2Appends":    func(c *Config) { c.B2Appends = 0 },
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := Quick()
+			zero(&cfg)
+			if err := cfg.validate(); err == nil {
+				t.Errorf("%s = 0 accepted", name)
+			}
+		})
+	}
+	// The quick run keeps B1 and B2 as the full run has them.
+	f, q := Full(), Quick()
+	if q.AppendRounds != f.AppendRounds || q.B1Appends != f.B1Appends || q.B2Appends != f.B2Appends || q.B2Writers != f.B2Writers {
+		t.Errorf("quick B1/B2 (%d rounds, %d, %d×%d) differ from full (%d rounds, %d, %d×%d)",
+			q.AppendRounds, q.B1Appends, q.B2Writers, q.B2Appends, f.AppendRounds, f.B1Appends, f.B2Writers, f.B2Appends)
 	}
 }

@@ -253,11 +253,11 @@ func loadAverage() string {
 }
 
 func printTable(out io.Writer, cfg Config, rows []Row, took time.Duration, loadBefore, loadAfter string) {
-	fmt.Fprintf(out, "cairn-bench, %s run: %d rounds per workload (B5: %d), each round running the workload and its baseline one after the other, alternating which goes first; took %v.\n",
-		cfg.Name, cfg.Rounds, cfg.B5Rounds, took.Round(time.Second))
+	fmt.Fprintf(out, "cairn-bench, %s run: %d rounds per workload (B1, B2: %d; B5: %d), each round running the workload and its baseline one after the other, alternating which goes first; took %v.\n",
+		cfg.Name, cfg.Rounds, cfg.AppendRounds, cfg.B5Rounds, took.Round(time.Second))
 	if cfg.Name != Full().Name {
 		f := Full()
-		fmt.Fprintf(out, "Not the full run: sizes and rounds are reduced (B4 %s references instead of %s, B5 %s objects instead of %s, fewer operations per round); its figures are indicative only.\n",
+		fmt.Fprintf(out, "Not the full run: sizes and rounds are reduced (B4 %s references instead of %s, B5 %s objects instead of %s, fewer operations per round, B1 and B2 excepted); its figures are indicative only.\n",
 			fmtInt(int64(cfg.B4Checkpoints*cfg.B4Keys)), fmtInt(int64(f.B4Checkpoints*f.B4Keys)), fmtInt(int64(cfg.B5Objects)), fmtInt(int64(f.B5Objects)))
 	}
 	fmt.Fprintf(out, "Machine: %s; one-minute load average %s at the start, %s at the end. etcd v3.7.3 embedded in a process of its own, default limits, fsync on; versitygw v1.8.0 (posix backend).\n\n",
