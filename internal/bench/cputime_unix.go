@@ -20,10 +20,11 @@ func cpuTime() time.Duration {
 }
 
 // settledCPUTime collects the garbage the process has made so far, then
-// returns cpuTime: a window that starts here is charged for the garbage made
-// in it, not for what the harness made before it (B2 computes a round's
-// keys just before the round). testing.B collects before it times, for the
-// same reason.
+// returns cpuTime: a window that starts here does not pay for collecting
+// what was made before it (B2 computes a round's keys just before the
+// round, and the other side's garbage may still be uncollected). Both sides
+// of a comparison start this way. testing.B collects before it times, for
+// the same reason.
 func settledCPUTime() time.Duration {
 	runtime.GC()
 	return cpuTime()
