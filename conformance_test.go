@@ -23,7 +23,18 @@ func newMemoryForkStore(t *testing.T, opts cairn.Options) conformance.ForkStore 
 	return s
 }
 
+// newMemoryPair opens a memory store with options a and a second handle on
+// it with b's clock.
+func newMemoryPair(t *testing.T, a, b cairn.Options) (cairn.Store, cairn.Store) {
+	s, err := cairn.NewMemoryStore(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, s.WithClock(b.Now)
+}
+
 func TestMemoryStoreConformance(t *testing.T) {
+	conformance.RunClockSkewTests(t, newMemoryPair)
 	conformance.RunStoreTests(t, newMemoryStore)
 	conformance.RunPruneTests(t, newMemoryStore)
 	conformance.RunDeleteThreadTests(t, newMemoryStore)

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 )
 
 // MemoryStore is the reference implementation of Store, Pruner, ThreadLister,
@@ -15,7 +16,8 @@ import (
 // BlobCollector), kept in memory. It is safe for concurrent use and
 // returns deep copies. It has no fork capability; MemoryForkStore adds one.
 type MemoryStore struct {
-	s *memState
+	s   *memState
+	now func() float64 // this handle's clock
 }
 
 // MemoryForkStore is a MemoryStore that can also fork, with an in-memory
@@ -41,6 +43,12 @@ type memState struct {
 	threads     map[string]map[string]struct{} // thread id -> checkpoint ids
 	heads       map[string]string
 	writers     map[string]*WriterRecord
+	// ends holds, per writer record, when the store's own timer ends it if
+	// nobody renews it: the memory store's counterpart of the etcd lease a
+	// record is attached to. It runs on the monotonic clock of the process,
+	// never on a handle's clock, as etcd's leader keeps its own timer.
+	ends        map[string]time.Time
+	recordTTL   time.Duration
 	fences      map[string]int64 // the last fence issued per thread; never cleared
 	refs        map[string]int
 	transcripts map[string]json.RawMessage
@@ -54,12 +62,14 @@ func NewMemoryStore(opts Options) (*MemoryStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &MemoryStore{s: &memState{
+	return &MemoryStore{now: o.Now, s: &memState{
 		opts:        o,
 		checkpoints: map[string]*Checkpoint{},
 		threads:     map[string]map[string]struct{}{},
 		heads:       map[string]string{},
 		writers:     map[string]*WriterRecord{},
+		ends:        map[string]time.Time{},
+		recordTTL:   RecordTTL(o.LeaseDuration),
 		fences:      map[string]int64{},
 		refs:        map[string]int{},
 		transcripts: map[string]json.RawMessage{},
@@ -76,7 +86,45 @@ func NewMemoryForkStore(opts Options) (*MemoryForkStore, error) {
 	return &MemoryForkStore{MemoryStore: *m}, nil
 }
 
-func (s *memState) now() float64 { return s.opts.Now() }
+// RecordTTL is how long a writer record outlives its holder's last acquire
+// or renew when nobody renews, releases or takes it over: the lease duration
+// rounded up to whole seconds, and at least 2s, as etcd grants the lease a
+// record is attached to with its default settings.
+func RecordTTL(leaseDuration time.Duration) time.Duration {
+	return max(2*time.Second, (leaseDuration + time.Second - 1).Truncate(time.Second))
+}
+
+// WithClock returns another handle on the same store whose clock is now, as
+// a second process in another region, with a clock of its own, would open
+// the same data. Every decision of the contract that reads a clock (lease
+// expiry and takeover, the guard of a write) reads the clock of the handle
+// the call goes through; no decision about what a sweep may delete reads
+// any of them.
+func (m *MemoryStore) WithClock(now func() float64) *MemoryStore {
+	if now == nil {
+		now = SystemClock
+	}
+	return &MemoryStore{s: m.s, now: now}
+}
+
+// WithClock is MemoryStore.WithClock for a fork store.
+func (m *MemoryForkStore) WithClock(now func() float64) *MemoryForkStore {
+	return &MemoryForkStore{MemoryStore: *m.MemoryStore.WithClock(now)}
+}
+
+// writer returns the writer record of thread, or nil. A record whose timer
+// ran out (nobody renewed it for recordTTL) ends here, with its claims, as
+// etcd ends a record and the keys attached to its lease. s.mu is held.
+func (s *memState) writer(thread string) *WriterRecord {
+	rec := s.writers[thread]
+	if rec != nil && !time.Now().Before(s.ends[thread]) {
+		delete(s.writers, thread)
+		delete(s.ends, thread)
+		s.gc.dropLease(Writer{ThreadID: thread, OwnerToken: rec.OwnerToken, Fence: rec.Fence})
+		return nil
+	}
+	return rec
+}
 
 // Get implements Store.
 func (m *MemoryStore) Get(ctx context.Context, id string) (*Checkpoint, error) {
@@ -158,8 +206,8 @@ func (m *MemoryStore) Append(ctx context.Context, in AppendInput) (AppendResult,
 	defer s.mu.Unlock()
 	c := &in.Checkpoint
 	_, taken := s.checkpoints[c.ID]
-	view := AppendView{Writer: s.writers[c.ThreadID], IDTaken: taken, Head: s.heads[c.ThreadID]}
-	if err := view.Check(&in, s.now()); err != nil {
+	view := AppendView{Writer: s.writer(c.ThreadID), IDTaken: taken, Head: s.heads[c.ThreadID]}
+	if err := view.Check(&in, m.now()); err != nil {
 		return AppendResult{}, err
 	}
 	s.insert(c)
@@ -210,8 +258,8 @@ func (m *MemoryStore) DeleteHead(ctx context.Context, in DeleteHeadInput) error 
 	defer s.mu.Unlock()
 	head := s.heads[in.ThreadID]
 	c, exists := s.checkpoints[head]
-	view := DeleteHeadView{Writer: s.writers[in.ThreadID], Head: head, HeadExists: exists}
-	if err := view.Check(&in, s.now()); err != nil {
+	view := DeleteHeadView{Writer: s.writer(in.ThreadID), Head: head, HeadExists: exists}
+	if err := view.Check(&in, m.now()); err != nil {
 		return err
 	}
 	s.remove(c)
@@ -235,20 +283,22 @@ func (m *MemoryStore) AcquireWriter(ctx context.Context, threadID string) (*Leas
 	s := m.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
-	if s.writers[threadID].Live(now) {
+	now := m.now()
+	if s.writer(threadID).Live(now) {
 		return nil, NewError(CodeWriterConflict, "thread %q already has an active writer", threadID)
 	}
 	s.fences[threadID]++
 	rec := &WriterRecord{OwnerToken: rand.Text(), Fence: s.fences[threadID], ExpiresAt: now + Millis(s.opts.LeaseDuration)}
 	s.writers[threadID] = rec
+	s.ends[threadID] = time.Now().Add(s.recordTTL)
 	w := Writer{ThreadID: threadID, OwnerToken: rec.OwnerToken, Fence: rec.Fence}
-	return NewLease(w, rec.ExpiresAt, s.opts.RenewAfter, &memLease{s: s, w: w}), nil
+	return NewLease(w, rec.ExpiresAt, s.opts.RenewAfter, &memLease{s: s, w: w, now: m.now}), nil
 }
 
 type memLease struct {
-	s *memState
-	w Writer
+	s   *memState
+	w   Writer
+	now func() float64 // the clock of the handle that acquired it
 }
 
 func (l *memLease) Renew(ctx context.Context) (float64, error) {
@@ -258,12 +308,17 @@ func (l *memLease) Renew(ctx context.Context) (float64, error) {
 	s := l.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
-	rec := s.writers[l.w.ThreadID]
+	now := l.now()
+	rec := s.writer(l.w.ThreadID)
 	if !rec.Current(l.w, now) {
+		// The lease can never be current again; a record that is still
+		// its own (expired, not taken over) ends here with its claims, so
+		// that no clock that later reads earlier lets it write again.
+		s.endRecord(l.w)
 		return 0, writerLost(l.w.ThreadID)
 	}
 	rec.ExpiresAt = now + Millis(s.opts.LeaseDuration)
+	s.ends[l.w.ThreadID] = time.Now().Add(s.recordTTL)
 	return rec.ExpiresAt, nil
 }
 
@@ -271,10 +326,17 @@ func (l *memLease) Release(context.Context) {
 	s := l.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if rec := s.writers[l.w.ThreadID]; rec != nil && rec.OwnerToken == l.w.OwnerToken && rec.Fence == l.w.Fence {
-		delete(s.writers, l.w.ThreadID)
+	s.endRecord(l.w)
+}
+
+// endRecord removes w's record if it still holds it, and ends w's claims.
+// s.mu is held.
+func (s *memState) endRecord(w Writer) {
+	if s.writer(w.ThreadID).Holds(w) {
+		delete(s.writers, w.ThreadID)
+		delete(s.ends, w.ThreadID)
 	}
-	s.gc.dropLease(l.w)
+	s.gc.dropLease(w)
 }
 
 // ListBlobReferences implements Store.
@@ -323,7 +385,7 @@ func (m *MemoryStore) DeleteCheckpoints(ctx context.Context, in DeleteCheckpoint
 	s := m.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.writers[in.ThreadID].Current(in.Writer, s.now()) {
+	if !s.writer(in.ThreadID).Current(in.Writer, m.now()) {
 		return nil, writerLost(in.ThreadID)
 	}
 	var chain []*Checkpoint // head first
@@ -354,7 +416,7 @@ func (m *MemoryStore) DeleteThread(ctx context.Context, in DeleteThreadInput) ([
 	s := m.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.writers[in.ThreadID].Current(in.Writer, s.now()) {
+	if !s.writer(in.ThreadID).Current(in.Writer, m.now()) {
 		return nil, writerLost(in.ThreadID)
 	}
 	list := make([]Checkpoint, 0, len(s.threads[in.ThreadID]))
@@ -403,11 +465,11 @@ func (m *MemoryForkStore) ForkFromCheckpoint(ctx context.Context, in ForkInput) 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	src := s.checkpoints[in.SourceCheckpointID]
-	view := ForkView{Writer: s.writers[in.DestinationThreadID], DestinationUsed: s.destinationUsed(&in)}
+	view := ForkView{Writer: s.writer(in.DestinationThreadID), DestinationUsed: s.destinationUsed(&in)}
 	if src != nil {
 		view.SourceThread = src.ThreadID
 	}
-	if err := view.Check(&in, s.now()); err != nil {
+	if err := view.Check(&in, m.now()); err != nil {
 		return nil, err
 	}
 	root := ForkRoot(src, &in)

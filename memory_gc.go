@@ -48,13 +48,15 @@ func (g *memGC) dropLease(w Writer) {
 	delete(g.byLease, w)
 }
 
-// liveClaim reports whether key has a claim whose lease is current at now,
-// and ends the claims of leases that are not: those can never publish again.
-func (s *memState) liveClaim(key string, now float64) bool {
+// liveClaim reports whether key has a claim whose lease still holds its
+// writer record, and ends the claims of leases that do not: those can never
+// publish again. It reads no clock: a lease whose expiry passed but whose
+// record nobody replaced can still append, by its own writer's clock.
+func (s *memState) liveClaim(key string) bool {
 	g := &s.gc
 	live := false
 	for w := range g.claims[key] {
-		if s.writers[w.ThreadID].Current(w, now) {
+		if s.writer(w.ThreadID).Holds(w) {
 			live = true
 		} else {
 			g.dropLease(w)
@@ -74,7 +76,8 @@ func (m *MemoryStore) ClaimBlobs(ctx context.Context, w Writer, keys []string) (
 	s := m.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.writers[w.ThreadID].Current(w, s.now()) {
+	if !s.writer(w.ThreadID).Current(w, m.now()) {
+		s.endRecord(w) // as Renew does: the lease can never be current again
 		return nil, writerLost(w.ThreadID)
 	}
 	g := &s.gc
@@ -141,10 +144,9 @@ func (m *MemoryStore) ReadBlobGC(ctx context.Context, fn func(BlobReference) err
 	for _, k := range slices.Sorted(maps.Keys(s.refs)) {
 		refs = append(refs, BlobReference{Key: k, References: s.refs[k]})
 	}
-	now := s.now()
 	var view BlobGCView
 	for _, k := range slices.Sorted(maps.Keys(s.gc.claims)) {
-		if s.liveClaim(k, now) {
+		if s.liveClaim(k) {
 			view.Claimed = append(view.Claimed, k)
 		}
 	}
@@ -176,10 +178,9 @@ func (m *MemoryStore) MarkBlobs(ctx context.Context, keys []string, since float6
 	defer s.mu.Unlock()
 	g := &s.gc
 	g.init()
-	now := s.now()
 	var out []GCRecord
 	for _, k := range SortedKeys(keys) {
-		if g.records[k] != nil || s.liveClaim(k, now) {
+		if g.records[k] != nil || s.liveClaim(k) {
 			continue
 		}
 		g.version++
@@ -213,11 +214,10 @@ func (m *MemoryStore) BeginBlobDeletes(ctx context.Context, recs []GCRecord) ([]
 	defer s.mu.Unlock()
 	g := &s.gc
 	g.init()
-	now := s.now()
 	var out []GCRecord
 	for _, r := range sortedRecords(recs) {
 		cur := g.sameRecord(r, GCCandidate)
-		if cur == nil || s.liveClaim(r.Key, now) {
+		if cur == nil || s.liveClaim(r.Key) {
 			continue
 		}
 		g.version++

@@ -437,6 +437,15 @@ func (rec *WriterRecord) Current(w Writer, now float64) bool {
 	return rec != nil && rec.OwnerToken == w.OwnerToken && rec.Fence == w.Fence && rec.ExpiresAt > now
 }
 
+// Holds reports whether rec is still the record of the lease w names: not
+// released, not taken over, not ended by the store. It reads no clock. A
+// lease's claims protect their keys exactly while Holds is true, because
+// every fenced write of w compares the same record: once Holds is false, w
+// can never write again, whatever any clock says.
+func (rec *WriterRecord) Holds(w Writer) bool {
+	return rec != nil && rec.OwnerToken == w.OwnerToken && rec.Fence == w.Fence
+}
+
 // Live reports whether rec is an unexpired lease at now, whoever holds it.
 func (rec *WriterRecord) Live(now float64) bool {
 	return rec != nil && rec.ExpiresAt > now

@@ -46,6 +46,13 @@ func faultyStores(f faulty.Faults) func(t *testing.T) {
 		conformance.RunBlobReferenceWalkerTests(t, asStore)
 		conformance.RunBlobGCTests(t, asStore)
 		conformance.RunForkTests(t, newStore)
+		conformance.RunClockSkewTests(t, func(t *testing.T, a, b cairn.Options) (cairn.Store, cairn.Store) {
+			s, err := faulty.New(a, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s, s.WithClock(b.Now)
+		})
 	}
 }
 
@@ -127,7 +134,13 @@ var mutants = []mutant{
 	// Online sweep.
 	{"ClaimIgnoredByDelete", faultyStores(faulty.Faults{ClaimIgnoredByDelete: true}), []string{"BlobGC/Claim/EndsCandidacy"}, 0},
 	{"ClaimWithoutLease", faultyStores(faulty.Faults{ClaimWithoutLease: true}), []string{"BlobGC/Claim/Order/ExpiredWriter", "BlobGC/Claim/Order/ReleasedWriter"}, 0},
-	{"ClaimsOutliveLease", faultyStores(faulty.Faults{ClaimsOutliveLease: true}), []string{"BlobGC/ClaimsEnd/Release", "BlobGC/ClaimsEnd/Expiry"}, 0},
+	{"ClaimsOutliveLease", faultyStores(faulty.Faults{ClaimsOutliveLease: true}), []string{"BlobGC/ClaimsEnd/Release", "BlobGC/ClaimsEnd/Takeover"}, 0},
+	{"ClaimsJudgedByClock", faultyStores(faulty.Faults{ClaimsJudgedByClock: true}), []string{
+		"BlobGC/ClaimsKept/PastExpiry",
+		"ClockSkew/SweeperAhead500ms/SweepBetweenClaimAndAppend",
+		"ClockSkew/SweeperAhead10m/SweepBetweenClaimAndAppend",
+		"ClockSkew/WriterHalfRate/SweepBetweenClaimAndAppend",
+	}, 0},
 	{"ClaimDeleting", faultyStores(faulty.Faults{ClaimDeleting: true}), []string{"BlobGC/Claim/DeletingIsBusy"}, 0},
 	{"ClaimLeaseBeforeKeys", faultyStores(faulty.Faults{ClaimLeaseBeforeKeys: true}), []string{"BlobGC/Claim/Order/InvalidKeyBeforeExpiredWriter"}, 0},
 	{"ClaimBeforeKeyCheck", faultyStores(faulty.Faults{ClaimBeforeKeyCheck: true}), []string{"BlobGC/InvalidKeys"}, 0},

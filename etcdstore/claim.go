@@ -23,7 +23,7 @@ import (
 //	If   Guard(w, now)
 //	     for each key: CreateRevision(P g B) = 0         -- no GC record
 //	               or  ModRevision(P g B) = v            -- a candidate seen at v
-//	Then for each key: Put(P q B T f, token, lease = the store's session)
+//	Then for each key: Put(P q B T f, token, lease = the etcd lease of w's record)
 //	     for each candidate: Delete(P g B)               -- a claim ends a candidacy
 //	Else Get(w), Get(x), for each key: Get(P g B)
 //
@@ -61,7 +61,7 @@ func (s *Store) claim(ctx context.Context, w cairn.Writer, blobs []keys.Blob) ([
 // it, possibly from several goroutines at once, with the blobs of each batch
 // as soon as that batch's claim has committed, its busy blobs left out.
 func (s *Store) claimEach(ctx context.Context, w cairn.Writer, blobs []keys.Blob, claimed func([]keys.Blob)) ([]string, error) {
-	lease, err := s.fences.Lease(ctx)
+	lease, err := s.writerLease(ctx, w)
 	if err != nil {
 		return nil, err
 	}
@@ -73,12 +73,35 @@ func (s *Store) claimEach(ctx context.Context, w cairn.Writer, blobs []keys.Blob
 	busy, err := s.claimBatches(ctx, w, lease, batches, claimed)
 	if err != nil {
 		if errors.Is(err, cairn.ErrWriterLost) {
-			s.deleteClaims(ctx, w)
+			// End the record if it is still w's (expired by this store's
+			// clock), then its claims: see leaseDriver.Renew.
+			(&leaseDriver{s: s, w: w, lease: lease}).Release(ctx)
 		}
 		return nil, err
 	}
 	s.dropSuperseded(ctx, w.ThreadID, w.Fence)
 	return busy, nil
+}
+
+// writerLease returns the etcd lease that w's record is attached to, which
+// w's claims are attached to as well: remembered from the Acquire or
+// ResumeWriter that handed w out through this store, or read from the
+// record. It returns cairn.ErrWriterLost when the record is not w's.
+func (s *Store) writerLease(ctx context.Context, w cairn.Writer) (clientv3.LeaseID, error) {
+	if id, ok := s.claims.leaseOf(w); ok {
+		return id, nil
+	}
+	rs, _, err := s.readOnly(ctx, clientv3.OpGet(s.writerKeys(w.ThreadID).Owner))
+	if err != nil {
+		return 0, err
+	}
+	kv := first(rs[0])
+	if kv == nil || kv.ModRevision != w.Fence || string(kv.Value) != w.OwnerToken {
+		return 0, cairn.NewError(cairn.CodeWriterLost, "writer lease for thread %q is no longer current", w.ThreadID)
+	}
+	id := clientv3.LeaseID(kv.Lease)
+	s.claims.setLease(w, id)
+	return id, nil
 }
 
 // claimParallel is how many claim batches one ClaimBlobs sends at once: etcd
@@ -151,7 +174,6 @@ func (s *Store) claimBatch(ctx context.Context, w cairn.Writer, lease clientv3.L
 	wk := s.writerKeys(w.ThreadID)
 	known := map[int]int64{} // candidates: index -> version
 	busy := map[int]bool{}   // deleting
-	leaseRenewed := false
 	for attempt := 0; ; attempt++ {
 		if err := backoff(ctx, attempt); err != nil {
 			return nil, err
@@ -184,16 +206,9 @@ func (s *Store) claimBatch(ctx context.Context, w cairn.Writer, lease clientv3.L
 		// claims may exist, and must be deleted with the others.
 		s.claims.add(w, claimKeys)
 		resp, _, err := s.commit(ctx, cmps, then, els)
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) && !leaseRenewed {
-			// The session's lease ended before the store noticed: claim on
-			// a new one (if the writer's records went with the old lease,
-			// the guard now fails and says so).
-			s.fences.LeaseLost(lease)
-			if lease, err = s.fences.Lease(ctx); err != nil {
-				return nil, err
-			}
-			leaseRenewed = true
-			continue
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			// The writer's record ended with its etcd lease.
+			return nil, cairn.NewError(cairn.CodeWriterLost, "writer lease for thread %q is no longer current", w.ThreadID)
 		}
 		if err != nil {
 			return nil, err

@@ -17,7 +17,9 @@ import (
 // GC records (a paged range of P g), the writer records of the threads the
 // claims name, and the blob references, walked shard by shard as
 // WalkBlobReferences does, calling fn for each. A claim is live when its
-// lease is current at R by the store's clock. A claim key or record that does
+// lease's writer record at R is still the lease's (WriterRecord.Holds): no
+// clock is read. A lease whose stored expiry has passed but that nobody took
+// over can still write, so its claims still protect. A claim key or record that does
 // not decode fails the read (the sweep must not decide on what it cannot
 // read); Verify reports them. If R is compacted before the read ends, it
 // returns an error wrapping rpctypes.ErrCompacted.
@@ -25,7 +27,6 @@ func (s *Store) ReadBlobGC(ctx context.Context, fn func(cairn.BlobReference) err
 	if err := ctx.Err(); err != nil {
 		return cairn.BlobGCView{}, err
 	}
-	now := s.now()
 	var rev int64
 	var claimKVs []*mvccpb.KeyValue
 	if err := s.scanAt(ctx, &rev, s.layout.Claims(), func(kv *mvccpb.KeyValue) error {
@@ -48,7 +49,7 @@ func (s *Store) ReadBlobGC(ctx context.Context, fn func(cairn.BlobReference) err
 	}); err != nil {
 		return cairn.BlobGCView{}, fmt.Errorf("etcdstore: read GC records at revision %d: %w", rev, err)
 	}
-	lv, err := s.classify(ctx, rev, now, claimKVs)
+	lv, err := s.classify(ctx, rev, claimKVs)
 	if err != nil {
 		return cairn.BlobGCView{}, fmt.Errorf("etcdstore: read claimants at revision %d: %w", rev, err)
 	}
@@ -76,7 +77,7 @@ func (s *Store) ReadBlobGC(ctx context.Context, fn func(cairn.BlobReference) err
 //
 // When a batch fails, its Else reads settle each key: a key with a record or
 // a live claim leaves the batch; the dead claims of a key that has no live
-// one are reaped (fence.IfNotCurrent); the rest is sent again. The records
+// one are reaped (fence.IfSuperseded); the rest is sent again. The records
 // created have the version of the transaction that created them. A batch
 // whose answer was lost is sent again; if the lost attempt had applied, its
 // records are not reported (the next ReadBlobGC shows them).
@@ -122,7 +123,6 @@ func (s *Store) markBatch(ctx context.Context, batch []keys.Blob, since float64)
 			then = append(then, clientv3.OpPut(g, value))
 			els = append(els, clientv3.OpGet(g), clientv3.OpGet(string(q), clientv3.WithPrefix()))
 		}
-		now := s.now()
 		resp, _, err := s.commit(ctx, cmps, then, els)
 		if err != nil {
 			return nil, err
@@ -148,11 +148,11 @@ func (s *Store) markBatch(ctx context.Context, batch []keys.Blob, since float64)
 			claimed = append(claimed, getResp(r[2*i+1]).Kvs...)
 			unrecorded = append(unrecorded, b)
 		}
-		lv, err := s.classify(ctx, resp.Header.Revision, now, claimed)
+		lv, err := s.classify(ctx, resp.Header.Revision, claimed)
 		if err != nil {
 			return nil, err
 		}
-		if err := s.reap(ctx, deadOf(lv), now); err != nil {
+		if err := s.reap(ctx, deadOf(lv)); err != nil {
 			return nil, err
 		}
 		batch = batch[:0:0]
@@ -301,7 +301,6 @@ func (s *Store) moveBatch(ctx context.Context, batch []cairn.GCRecord, m recordM
 				els = append(els, clientv3.OpGet(q, clientv3.WithPrefix()))
 			}
 		}
-		now := s.now()
 		resp, maybe, err := s.commit(ctx, cmps, then, els)
 		unsure = unsure || maybe
 		if err != nil {
@@ -351,11 +350,11 @@ func (s *Store) moveBatch(ctx context.Context, batch []cairn.GCRecord, m recordM
 			}
 		}
 		if m.unclaimed {
-			lv, err := s.classify(ctx, resp.Header.Revision, now, claimed)
+			lv, err := s.classify(ctx, resp.Header.Revision, claimed)
 			if err != nil {
 				return nil, err
 			}
-			if err := s.reap(ctx, deadOf(lv), now); err != nil {
+			if err := s.reap(ctx, deadOf(lv)); err != nil {
 				return nil, err
 			}
 			kept := keep[:0]

@@ -32,12 +32,21 @@ func TestConformanceObjects(t *testing.T) {
 func runConformance(t *testing.T, configure func(*etcdstore.Options)) {
 	_, cli := embedetcd.ForTest(t)
 	var n atomic.Int64
+	newStoreAt := newStore
 	newStore := func(t *testing.T, opts cairn.Options) *etcdstore.Store {
 		o := etcdstore.Options{Options: opts}
 		configure(&o)
 		return newStore(t, cli, fmt.Sprintf("case-%d/", n.Add(1)), o)
 	}
 	storeFactory := func(t *testing.T, opts cairn.Options) cairn.Store { return newStore(t, opts) }
+	conformance.RunClockSkewTests(t, func(t *testing.T, a, b cairn.Options) (cairn.Store, cairn.Store) {
+		prefix := fmt.Sprintf("case-%d/", n.Add(1))
+		oa, ob := etcdstore.Options{Options: a}, etcdstore.Options{Options: b}
+		configure(&oa)
+		configure(&ob)
+		ob.Objects = oa.Objects // one bucket, as two processes share it
+		return newStoreAt(t, cli, prefix, oa), newStoreAt(t, cli, prefix, ob)
+	})
 	conformance.RunStoreTests(t, storeFactory)
 	conformance.RunPruneTests(t, storeFactory)
 	conformance.RunDeleteThreadTests(t, storeFactory)

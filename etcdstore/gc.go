@@ -28,14 +28,19 @@ import (
 //	             Since (float64, 8 bytes big-endian); its mod revision is the
 //	             record's version
 //	P q B T f    claim of B by the writer lease of thread T with fence f; the
-//	             value is the lease's owner token; attached to the store's
-//	             session lease, so that the claims of a dead process go with it
+//	             value is the lease's owner token; attached to the etcd lease
+//	             of that writer's record, so that a claim never outlives the
+//	             record that makes it live, and an abandoned record takes its
+//	             claims with it when etcd's leader ends its lease
 //
 // Because a blob's claims share the prefix P q B, "B has no claim" is one
 // range comparison (CreateRevision over the prefix = 0, true for an empty
-// range). A claim is live while its lease is current: ModRevision(w_T) = f,
-// Value(w_T) = token and Value(x_T) > enc(now). Dead claims are reaped with
-// fence.IfNotCurrent, so a reap never removes a live claim.
+// range). A claim is live while its lease's record is the lease's:
+// ModRevision(w_T) = f and Value(w_T) = token. No clock is compared: a lease
+// whose stored expiry passed by somebody's clock, but whose record nobody
+// replaced, can still append, since its guard reads its own writer's clock.
+// Dead claims are reaped with fence.IfSuperseded, so a reap never removes a
+// live claim.
 
 var (
 	_ cairn.BlobClaimer   = (*Store)(nil)
@@ -59,11 +64,11 @@ const (
 	// recordBatch: 2 comparisons a record (so 60), 3 for Begin (so 42 with
 	// one guard); 1 operation and 1 or 2 gets a record.
 	recordBatch = 60
-	// reapBatch: each reap is a nested transaction of three levels with one
-	// comparison and one delete each (fence.IfNotCurrent): 5 operations and
-	// 3 comparisons below the outer one. With 20, even the operations of all
+	// reapBatch: each reap is a nested transaction of two levels with one
+	// comparison and one delete each (fence.IfSuperseded): 3 operations and
+	// 2 comparisons below the outer one. With 40, even the operations of all
 	// levels added up (120) stay within MaxTxnOps.
-	reapBatch = 20
+	reapBatch = 40
 	// deleteBatch: plain deletes of this store's own claims.
 	deleteBatch = MaxTxnOps
 	// readBatch: gets in one read-only transaction.
@@ -187,7 +192,8 @@ func (s *Store) writersAt(ctx context.Context, rev int64, threads []string) (map
 }
 
 // liveness sorts the claims of some blobs, read at revision rev, into live
-// and dead ones by the writer records at rev and the store's clock at now.
+// and dead ones by the writer records at rev alone, never by a clock: a claim
+// is live while its lease's record Holds it.
 // A claim key that does not decode counts as live: nobody can tell which
 // lease it belongs to.
 type liveness struct {
@@ -195,7 +201,7 @@ type liveness struct {
 	dead []claim
 }
 
-func (s *Store) classify(ctx context.Context, rev int64, now float64, kvs []*mvccpb.KeyValue) (liveness, error) {
+func (s *Store) classify(ctx context.Context, rev int64, kvs []*mvccpb.KeyValue) (liveness, error) {
 	lv := liveness{live: map[string]bool{}}
 	var claims []claim
 	var threads []string
@@ -218,7 +224,7 @@ func (s *Store) classify(ctx context.Context, rev int64, now float64, kvs []*mvc
 		return lv, err
 	}
 	for _, c := range claims {
-		if writers[c.ck.Thread].Current(c.writer(), now) {
+		if writers[c.ck.Thread].Holds(c.writer()) {
 			lv.live[c.ck.Blob.Key()] = true
 		} else {
 			lv.dead = append(lv.dead, c)
@@ -227,14 +233,14 @@ func (s *Store) classify(ctx context.Context, rev int64, now float64, kvs []*mvc
 	return lv, nil
 }
 
-// reap deletes claims found dead, each only if its lease is still not current
-// at now (which, once true, stays true), in guarded batches.
-func (s *Store) reap(ctx context.Context, dead []claim, now float64) error {
+// reap deletes claims found dead, each only if its lease's record is still
+// superseded (which, once true, stays true), in guarded batches.
+func (s *Store) reap(ctx context.Context, dead []claim) error {
 	for len(dead) > 0 {
 		n := min(len(dead), reapBatch)
 		ops := make([]clientv3.Op, n)
 		for i, c := range dead[:n] {
-			ops[i] = fence.IfNotCurrent(s.writerKeys(c.ck.Thread), c.token, int64(c.ck.Fence), now, clientv3.OpDelete(c.key))
+			ops[i] = fence.IfSuperseded(s.writerKeys(c.ck.Thread), c.token, int64(c.ck.Fence), clientv3.OpDelete(c.key))
 		}
 		resp, _, err := s.commit(ctx, s.guards, ops, nil)
 		if err != nil {
@@ -288,12 +294,42 @@ func backoff(ctx context.Context, attempt int) error {
 // that the lease's next append, its release, or the news that it is lost can
 // delete them. Claims it forgets are still dead once their lease is, and the
 // sweeper reaps them; the set only saves it the work.
+//
+// It also remembers the etcd lease that each writer lease's record is
+// attached to, which its claims are attached to as well.
 type claimSet struct {
 	mu      sync.Mutex
 	byLease map[cairn.Writer]map[string]struct{}
+	etcd    map[cairn.Writer]clientv3.LeaseID
 }
 
-func newClaimSet() *claimSet { return &claimSet{byLease: map[cairn.Writer]map[string]struct{}{}} }
+func newClaimSet() *claimSet {
+	return &claimSet{byLease: map[cairn.Writer]map[string]struct{}{}, etcd: map[cairn.Writer]clientv3.LeaseID{}}
+}
+
+// setLease records the etcd lease of w's record.
+func (c *claimSet) setLease(w cairn.Writer, id clientv3.LeaseID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.etcd[w] = id
+}
+
+// leaseOf returns the etcd lease of w's record, if known.
+func (c *claimSet) leaseOf(w cairn.Writer) (clientv3.LeaseID, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	id, ok := c.etcd[w]
+	return id, ok
+}
+
+// forget drops everything remembered of w: its record ended, and every key
+// attached to its etcd lease with it.
+func (c *claimSet) forget(w cairn.Writer) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.byLease, w)
+	delete(c.etcd, w)
+}
 
 func (c *claimSet) add(w cairn.Writer, ks []string) {
 	if len(ks) == 0 {
@@ -351,6 +387,11 @@ func (c *claimSet) before(thread string, fenceRev int64) []cairn.Writer {
 			out = append(out, w)
 		}
 	}
+	for w := range c.etcd {
+		if w.ThreadID == thread && w.Fence < fenceRev && c.byLease[w] == nil {
+			delete(c.etcd, w) // no claims to delete; nothing else to do
+		}
+	}
 	return out
 }
 
@@ -394,6 +435,7 @@ func (s *Store) deleteClaimKeys(ctx context.Context, w cairn.Writer, ks []string
 func (s *Store) dropSuperseded(ctx context.Context, thread string, fenceRev int64) {
 	for _, w := range s.claims.before(thread, fenceRev) {
 		s.deleteClaims(ctx, w)
+		s.claims.forget(w)
 	}
 }
 

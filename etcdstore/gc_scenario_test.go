@@ -305,14 +305,15 @@ var gcScenarios = []struct {
 		claim("A", string(cairn.CodeWriterLost), "k4"),
 		mark("m", 1, "[k1:candidate@1 k4:candidate@1]", bks("k1", "k2", "k3", "k4")...),
 	}},
-	{"ExpiryEndsClaims", []gcStep{
+	{"ExpiryKeepsClaimsUntilTheRecordEnds", []gcStep{
 		acquire("A", "t"),
 		claim("A", "busy=[]", "k1"),
 		advance(60_000),
 		read("v", "claimed=[k1] records=[] refs=[]"),
 		advance(60_000),
-		read("v", "claimed=[] records=[] refs=[]"),
-		renew("A"),
+		read("v", "claimed=[k1] records=[] refs=[]"),
+		mark("m0", 6, "[]", bks("k1")...),
+		renew("A"), // finds the lease expired: ends its record
 		claim("A", string(cairn.CodeWriterLost), "k2"),
 		mark("m", 7, "[k1:candidate@7]", bks("k1")...),
 	}},

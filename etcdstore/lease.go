@@ -13,9 +13,10 @@ import (
 
 // AcquireWriter implements cairn.Store with one transaction (see package
 // fence): it creates the thread's writer record when there is none or the
-// stored one has expired by the store's clock, attached to the etcd lease the
-// store keeps alive, and reads the thread record in the same transaction. The
-// lease's fence is the revision of that transaction.
+// stored one has expired by the store's clock, attached to an etcd lease of
+// its own (granted ahead, so that it costs no extra round trip), and reads
+// the thread record in the same transaction. The lease's fence is the
+// revision of that transaction.
 func (s *Store) AcquireWriter(ctx context.Context, threadID string) (*cairn.Lease, error) {
 	if err := cairn.ValidateID(threadID, "thread id"); err != nil {
 		return nil, err
@@ -24,6 +25,7 @@ func (s *Store) AcquireWriter(ctx context.Context, threadID string) (*cairn.Leas
 	token := rand.Text()
 	var fenceRev int64
 	var exp float64
+	var lease clientv3.LeaseID
 	for attempt := 0; ; attempt++ {
 		now := s.now()
 		exp = now + cairn.Millis(s.opts.LeaseDuration)
@@ -33,6 +35,10 @@ func (s *Store) AcquireWriter(ctx context.Context, threadID string) (*cairn.Leas
 			if held != nil && held.OwnerToken == token {
 				// An earlier attempt whose answer was lost took the lease.
 				fenceRev, exp = held.Fence, held.ExpiresAt
+				if lease, err = s.writerLease(ctx, cairn.Writer{ThreadID: threadID, OwnerToken: token, Fence: fenceRev}); err != nil {
+					return nil, err
+				}
+				s.fences.Adopt(lease)
 				break
 			}
 			return nil, cairn.NewError(cairn.CodeWriterConflict, "thread %q already has an active writer", threadID)
@@ -43,15 +49,16 @@ func (s *Store) AcquireWriter(ctx context.Context, threadID string) (*cairn.Leas
 			}
 			return nil, err
 		}
-		fenceRev = acq.Fence
+		fenceRev, lease = acq.Fence, acq.Lease
 		if st, err := parseThread(first(acq.Reads[0])); err == nil {
 			s.remember(threadID, st)
 		}
 		break
 	}
 	w := cairn.Writer{ThreadID: threadID, OwnerToken: token, Fence: fenceRev}
+	s.claims.setLease(w, lease)
 	s.dropSuperseded(ctx, threadID, fenceRev) // claims of earlier leases are dead now
-	return cairn.NewLease(w, exp, s.opts.RenewAfter, &leaseDriver{s: s, w: w}), nil
+	return cairn.NewLease(w, exp, s.opts.RenewAfter, &leaseDriver{s: s, w: w, lease: lease}), nil
 }
 
 // ResumeWriter returns a lease for w, a writer that AcquireWriter of any
@@ -67,8 +74,9 @@ func (s *Store) AcquireWriter(ctx context.Context, threadID string) (*cairn.Leas
 //
 // Claims that w made through another Store are known only to that Store: an
 // append through this one ends the claims made through this one. The others
-// protect their keys until w ends (the sweeper reaps the claims of a lease
-// that is not current) or that Store's process ends.
+// are attached to the etcd lease of w's record, like every claim of w, so they
+// protect their keys until w's record ends: released, taken over (the
+// sweeper then reaps them), or ended with that etcd lease.
 func (s *Store) ResumeWriter(ctx context.Context, w cairn.Writer) (*cairn.Lease, error) {
 	if err := cairn.ValidateID(w.ThreadID, "thread id"); err != nil {
 		return nil, err
@@ -83,25 +91,29 @@ func (s *Store) ResumeWriter(ctx context.Context, w cairn.Writer) (*cairn.Lease,
 		return nil, err
 	}
 	rec := fence.Decode(first(rs[0]), first(rs[1]))
-	if rec == nil || rec.OwnerToken != w.OwnerToken || rec.Fence != w.Fence {
+	if !rec.Holds(w) {
 		return nil, lost
 	}
-	return cairn.NewLease(w, rec.ExpiresAt, s.opts.RenewAfter, &leaseDriver{s: s, w: w}), nil
+	lease := clientv3.LeaseID(first(rs[0]).Lease)
+	s.claims.setLease(w, lease)
+	return cairn.NewLease(w, rec.ExpiresAt, s.opts.RenewAfter, &leaseDriver{s: s, w: w, lease: lease}), nil
 }
 
 type leaseDriver struct {
-	s *Store
-	w cairn.Writer
+	s     *Store
+	w     cairn.Writer
+	lease clientv3.LeaseID // the etcd lease of w's record
 }
 
-// Renew moves the stored expiry with one compare-and-swap guarded like every
-// fenced write.
+// Renew keeps the etcd lease of the record alive for another TTL and moves
+// the stored expiry with one compare-and-swap guarded like every fenced
+// write.
 func (d *leaseDriver) Renew(ctx context.Context) (float64, error) {
 	wk := d.s.writerKeys(d.w.ThreadID)
 	for attempt := 0; ; attempt++ {
 		now := d.s.now()
 		exp := now + cairn.Millis(d.s.opts.LeaseDuration)
-		ok, err := d.s.fences.Renew(ctx, wk, d.w.OwnerToken, d.w.Fence, now, exp)
+		ok, err := d.s.fences.Renew(ctx, wk, d.w.OwnerToken, d.w.Fence, d.lease, now, exp)
 		if err != nil {
 			// A renew is safe to repeat: a retry checks the lease again.
 			if ambiguous(err) && ctx.Err() == nil && attempt < maxAttempts {
@@ -110,20 +122,31 @@ func (d *leaseDriver) Renew(ctx context.Context) (float64, error) {
 			return 0, err
 		}
 		if !ok {
-			d.s.deleteClaims(ctx, d.w) // the lease can never be current again
+			// The lease can never be current again. Its record may still
+			// be its own (expired by this store's clock, not taken over):
+			// end it, so that no clock that later reads earlier can let
+			// the holder write without the claims this ends too.
+			d.Release(ctx)
 			return 0, cairn.NewError(cairn.CodeWriterLost, "writer lease for thread %q is no longer current", d.w.ThreadID)
 		}
 		return exp, nil
 	}
 }
 
-// Release deletes the writer record if it is still this lease's, then the
-// lease's claims. Failures are logged, not returned: the record then ends at
-// its expiry, or with the store's etcd lease, and the claims with it.
+// Release ends the record if it is still this lease's. When this store
+// acquired it, that is one revoke of the record's etcd lease, which deletes
+// the record and every claim of the lease (made through any store) at once;
+// otherwise a fenced delete of the record, then the claims this store made.
+// Failures are logged, not returned: the record and its claims then end with
+// the etcd lease, within its TTL.
 func (d *leaseDriver) Release(ctx context.Context) {
 	wk := d.s.writerKeys(d.w.ThreadID)
-	if err := d.s.fences.Release(ctx, wk, d.w.OwnerToken, d.w.Fence); err != nil {
-		d.s.log.Warn("etcdstore: release of writer lease failed; it will expire", "thread", d.w.ThreadID, "fence", d.w.Fence, "err", err)
+	revokes := d.s.fences.Owns(d.lease)
+	if err := d.s.fences.Release(ctx, wk, d.w.OwnerToken, d.w.Fence, d.lease); err != nil {
+		d.s.log.Warn("etcdstore: release of writer lease failed; it ends with its etcd lease", "thread", d.w.ThreadID, "fence", d.w.Fence, "err", err)
 	}
-	d.s.deleteClaims(ctx, d.w)
+	if !revokes {
+		d.s.deleteClaims(ctx, d.w)
+	}
+	d.s.claims.forget(d.w)
 }

@@ -13,7 +13,6 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/keys"
@@ -33,28 +32,47 @@ type Keys struct {
 
 // Options configure a Manager.
 type Options struct {
-	// TTL is the TTL of the etcd lease that writer records are attached to.
-	// It is rounded up to whole seconds; etcd raises it to its own minimum
-	// (2s with default settings). Zero selects 60s.
+	// TTL is the TTL of the etcd lease that each writer record is attached
+	// to: how long a record outlives its holder's last Acquire or Renew when
+	// nobody renews, releases or takes it over. It is rounded up to whole
+	// seconds; etcd raises it to its own minimum (2s with default settings).
+	// Zero selects 60s.
 	TTL time.Duration
 	// Logger receives debug messages; nil discards them.
 	Logger *slog.Logger
 }
 
-// Manager acquires, renews and releases writer records on one etcd client,
-// attaching them to an etcd lease it keeps alive. It is safe for concurrent
-// use. Close revokes the lease, which removes every record still attached.
+// Manager acquires, renews and releases writer records on one etcd client.
+// Each record it acquires is attached to an etcd lease of its own, which the
+// record's holder keeps alive by renewing the record (Renew), and which etcd's
+// leader ends by its own timer when nobody does: a record that its holder
+// abandons, or whose holder died, disappears within TTL, and with it every
+// key attached to the same lease (a writer's claims). It is safe for
+// concurrent use. Close revokes the leases of the records it still holds.
 type Manager struct {
 	client *clientv3.Client
 	ttl    int64
 	log    *slog.Logger
 
-	ctx    context.Context // lives until Close; keeps the session alive
-	cancel context.CancelFunc
+	ctx     context.Context // lives until Close; bounds the spare's keep-alive
+	cancel  context.CancelFunc
+	wgMu    sync.Mutex // orders goroutine starts before Close's wait
+	wg      sync.WaitGroup
+	stopped bool // Close is waiting for the goroutines; start no more
 
 	mu      sync.Mutex
-	session *concurrency.Session
+	spare   *spare                        // a granted lease kept alive for the next Acquire
+	filling bool                          // a grant of the next spare is under way
+	owned   map[clientv3.LeaseID]struct{} // leases of records this manager acquired
 	closed  bool
+}
+
+// spare is a granted etcd lease that nothing is attached to yet, kept alive
+// by clientv3's keep-alive loop until an Acquire takes it, so that an
+// acquire costs one request, not a grant and a transaction.
+type spare struct {
+	id   clientv3.LeaseID
+	stop context.CancelFunc
 }
 
 // NewManager returns a Manager that uses client, which the caller keeps
@@ -72,84 +90,179 @@ func NewManager(client *clientv3.Client, opts Options) *Manager {
 		log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Manager{client: client, ttl: ttl, log: log, ctx: ctx, cancel: cancel}
+	return &Manager{client: client, ttl: ttl, log: log, ctx: ctx, cancel: cancel, owned: map[clientv3.LeaseID]struct{}{}}
 }
 
-// Session returns the live etcd lease that new records are attached to,
-// granting a new one when there is none or the last one was lost.
-func (m *Manager) Session(ctx context.Context) (*concurrency.Session, error) {
+// take returns a lease for a new writer record: the spare when there is one
+// (its keep-alive stopped, a full keep-alive sent in the background), a new
+// grant otherwise; either way a grant of the next spare starts in the
+// background. fresh reports a lease that was just granted.
+func (m *Manager) take(ctx context.Context) (id clientv3.LeaseID, err error) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if m.closed {
-		return nil, ErrClosed
+		m.mu.Unlock()
+		return 0, ErrClosed
 	}
-	if m.session != nil {
-		select {
-		case <-m.session.Done():
-			m.log.Debug("fence: session lease lost; granting a new one", "lease", int64(m.session.Lease()))
-			m.session = nil
-		default:
-			return m.session, nil
+	sp := m.spare
+	m.spare = nil
+	m.fillLocked()
+	m.mu.Unlock()
+	if sp != nil {
+		sp.stop()
+		// The spare was kept alive every TTL/3, so at least two thirds of
+		// its TTL are left; one keep-alive gives its holder the whole TTL.
+		m.background(func(ctx context.Context) { _, _ = m.client.KeepAliveOnce(ctx, sp.id) })
+		return sp.id, nil
+	}
+	g, err := m.client.Grant(ctx, m.ttl)
+	if err != nil {
+		return 0, err
+	}
+	return g.ID, nil
+}
+
+// fillLocked starts the grant of a new spare unless one exists or is under
+// way. m.mu is held.
+func (m *Manager) fillLocked() {
+	if m.spare != nil || m.filling || m.closed {
+		return
+	}
+	m.filling = true
+	m.background(func(ctx context.Context) {
+		sp, err := m.grantSpare(ctx)
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.filling = false
+		if err != nil {
+			m.log.Debug("fence: grant of a spare lease failed; the next acquire grants its own", "err", err)
+			return
 		}
-	}
+		if m.closed || m.spare != nil {
+			sp.stop()
+			m.revokeLater(sp.id)
+			return
+		}
+		m.spare = sp
+	})
+}
+
+// grantSpare grants a lease and keeps it alive until its stop is called or
+// the manager closes.
+func (m *Manager) grantSpare(ctx context.Context) (*spare, error) {
 	g, err := m.client.Grant(ctx, m.ttl)
 	if err != nil {
 		return nil, err
 	}
-	s, err := concurrency.NewSession(m.client, concurrency.WithLease(g.ID), concurrency.WithContext(m.ctx))
+	return m.keepSpare(g.ID)
+}
+
+// keepSpare starts keeping id alive until the returned spare's stop is
+// called or the manager closes.
+func (m *Manager) keepSpare(id clientv3.LeaseID) (*spare, error) {
+	kctx, stop := context.WithCancel(m.ctx)
+	ch, err := m.client.KeepAlive(kctx, id)
 	if err != nil {
+		stop()
 		return nil, err
 	}
-	m.session = s
-	return s, nil
+	m.spawn(func() {
+		for range ch { // drained until kctx ends
+		}
+	})
+	return &spare{id: id, stop: stop}, nil
 }
 
-// Lease returns the ID of the session lease that new records are attached to
-// (see Session). Other keys that must end with the process, such as a
-// writer's claims, may be attached to it too.
-func (m *Manager) Lease(ctx context.Context) (clientv3.LeaseID, error) {
-	s, err := m.Session(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return s.Lease(), nil
-}
-
-// LeaseLost tells the manager that etcd reported the lease id as not found,
-// so that the next Session grants a new one. It does nothing when id is not
-// the current session's lease.
-func (m *Manager) LeaseLost(id clientv3.LeaseID) {
-	m.mu.Lock()
-	s := m.session
-	m.mu.Unlock()
-	if s != nil && s.Lease() == id {
-		m.forget(s)
-	}
-}
-
-// forget drops the session s after etcd said its lease no longer exists.
-func (m *Manager) forget(s *concurrency.Session) {
+// giveBack makes lease, which an Acquire took but attached nothing to, the
+// spare again when there is none, and revokes it otherwise.
+func (m *Manager) giveBack(lease clientv3.LeaseID) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.session == s {
-		s.Orphan()
-		m.session = nil
+	if m.closed || m.spare != nil {
+		m.revokeLater(lease)
+		return
+	}
+	sp, err := m.keepSpare(lease)
+	if err != nil {
+		m.revokeLater(lease)
+		return
+	}
+	m.spare = sp
+}
+
+// spawn runs fn in a goroutine that Close waits for, unless Close has begun
+// to wait.
+func (m *Manager) spawn(fn func()) {
+	m.wgMu.Lock()
+	defer m.wgMu.Unlock()
+	if !m.stopped {
+		m.wg.Go(fn)
 	}
 }
 
-// Close stops keeping the session alive and revokes its lease, which deletes
-// every record still attached to it. It is safe to call more than once.
+// background runs fn in a goroutine with a bounded context that Close ends.
+func (m *Manager) background(fn func(ctx context.Context)) {
+	m.spawn(func() {
+		ctx, cancel := context.WithTimeout(m.ctx, time.Duration(m.ttl)*time.Second)
+		defer cancel()
+		fn(ctx)
+	})
+}
+
+// revokeLater revokes id in the background; a failure leaves it to expire.
+func (m *Manager) revokeLater(id clientv3.LeaseID) {
+	m.spawn(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(m.ctx), 5*time.Second)
+		defer cancel()
+		if _, err := m.client.Revoke(ctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			m.log.Debug("fence: revoke failed; the lease will expire", "lease", int64(id), "err", err)
+		}
+	})
+}
+
+// Owns reports whether the manager acquired the record attached to lease and
+// has not released it.
+func (m *Manager) Owns(lease clientv3.LeaseID) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.owned[lease]
+	return ok
+}
+
+// Close revokes the leases of every record the manager acquired and still
+// holds, which deletes those records and every key attached to them, and the
+// spare. It is safe to call more than once.
 func (m *Manager) Close() error {
 	m.mu.Lock()
-	s := m.session
-	m.session, m.closed = nil, true
-	m.mu.Unlock()
-	var err error
-	if s != nil {
-		err = s.Close()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
 	}
+	m.closed = true
+	ids := make([]clientv3.LeaseID, 0, len(m.owned)+1)
+	for id := range m.owned {
+		ids = append(ids, id)
+	}
+	if m.spare != nil {
+		m.spare.stop()
+		ids = append(ids, m.spare.id)
+		m.spare = nil
+	}
+	m.owned = map[clientv3.LeaseID]struct{}{}
+	m.mu.Unlock()
 	m.cancel()
-	return err
+	var errs []error
+	for _, id := range ids {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if _, err := m.client.Revoke(ctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			errs = append(errs, err)
+		}
+		cancel()
+	}
+	m.wgMu.Lock()
+	m.stopped = true
+	m.wgMu.Unlock()
+	m.wg.Wait()
+	return errors.Join(errs...)
 }
 
 // ExpiryValue encodes an expiry for the Expiry key.
@@ -188,17 +301,17 @@ func GuardCompares(k Keys, token string, fence int64, now float64) []*etcdserver
 	return append(g.slice[:0], &c[0], &c[1], &c[2])
 }
 
-// IfNotCurrent returns a nested transaction that runs ops only when the lease
-// (token, fence) is not current at now: its record was replaced or deleted,
-// or it holds another token, or its stored expiry is not after now. Once a
-// lease is not current it never is again, so ops may delete what only that
-// lease needed. It costs at most three levels of one comparison and
-// len(ops) operations.
-func IfNotCurrent(k Keys, token string, fence int64, now float64, ops ...clientv3.Op) clientv3.Op {
-	expired := clientv3.OpTxn(
-		[]clientv3.Cmp{clientv3.Compare(clientv3.Value(k.Expiry), "<", ExpiryValue(now)+"\x00")}, ops, nil)
+// IfSuperseded returns a nested transaction that runs ops only when the
+// record k no longer belongs to the lease (token, fence): it was replaced by
+// a takeover, released, or ended with its etcd lease, or holds another token.
+// It reads no clock: a lease whose stored expiry has passed but whose record
+// nobody replaced is not superseded, since nothing in etcd has yet stopped
+// its holder from writing. Once a lease is superseded it never holds the
+// record again, so ops may delete what only that lease needed. It costs two
+// levels of one comparison and len(ops) operations each.
+func IfSuperseded(k Keys, token string, fence int64, ops ...clientv3.Op) clientv3.Op {
 	otherToken := clientv3.OpTxn(
-		[]clientv3.Cmp{clientv3.Compare(clientv3.Value(k.Owner), "!=", token)}, ops, []clientv3.Op{expired})
+		[]clientv3.Cmp{clientv3.Compare(clientv3.Value(k.Owner), "!=", token)}, ops, nil)
 	return clientv3.OpTxn(
 		[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k.Owner), "!=", fence)}, ops, []clientv3.Op{otherToken})
 }
@@ -219,68 +332,112 @@ func Decode(owner, expiry *mvccpb.KeyValue) *cairn.WriterRecord {
 // Acquired is the result of a successful Acquire.
 type Acquired struct {
 	Fence int64
+	// Lease is the etcd lease the record is attached to; Renew keeps it
+	// alive and Release revokes it.
+	Lease clientv3.LeaseID
 	// Reads holds the responses of the caller's extra reads, in order, taken
 	// atomically with the acquire.
 	Reads []*clientv3.GetResponse
 }
 
 // Acquire takes the writer record k for token, to expire at expiresAt, when it
-// is absent or its stored expiry is not after now. It returns ErrHeld, with the
-// current record, when an unexpired lease holds it. reads are Get operations
-// run in the same transaction when the acquire succeeds.
+// is absent or its stored expiry is not after now, attached to an etcd lease
+// of its own. It returns ErrHeld, with the current record, when an unexpired
+// lease holds it. reads are Get operations run in the same transaction when
+// the acquire succeeds. An Acquire that fails without an answer may be sent
+// again with the same token: the record it may have taken then comes back as
+// ErrHeld with the caller's token, and its lease is the one the caller should
+// renew (WriterRecord does not name it; Lease of the owner key-value does).
 func (m *Manager) Acquire(ctx context.Context, k Keys, token string, now, expiresAt float64, reads ...clientv3.Op) (Acquired, *cairn.WriterRecord, error) {
 	for attempt := 0; ; attempt++ {
-		s, err := m.Session(ctx)
+		lease, err := m.take(ctx)
 		if err != nil {
 			return Acquired{}, nil, err
 		}
-		lease := clientv3.WithLease(s.Lease())
-		take := append([]clientv3.Op{
-			clientv3.OpPut(k.Owner, token, lease),
-			clientv3.OpPut(k.Expiry, ExpiryValue(expiresAt), lease),
-		}, reads...)
-		takeover := clientv3.OpTxn(
-			[]clientv3.Cmp{clientv3.Compare(clientv3.Value(k.Expiry), "<", ExpiryValue(now)+"\x00")},
-			take,
-			[]clientv3.Op{clientv3.OpGet(k.Owner), clientv3.OpGet(k.Expiry)},
-		)
-		resp, err := m.client.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(k.Owner), "=", 0)).
-			Then(take...).
-			Else(takeover).
-			Commit()
+		acq, held, err := m.acquireWith(ctx, k, token, lease, now, expiresAt, reads)
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) && attempt == 0 {
-			m.forget(s) // the session expired before we noticed; grant a new one
-			continue
+			continue // the spare ended before it was taken; take another
 		}
-		if err != nil {
-			return Acquired{}, nil, err
+		if err != nil || held != nil {
+			m.giveBack(lease)
+			return acq, held, err
 		}
-		ops := resp.Responses
-		if !resp.Succeeded {
-			nested := ops[0].GetResponseTxn()
-			if !nested.Succeeded {
-				owner, expiry := FirstKV(nested.Responses[0]), FirstKV(nested.Responses[1])
-				return Acquired{}, Decode(owner, expiry), ErrHeld
-			}
-			ops = nested.Responses
+		m.mu.Lock()
+		closed := m.closed
+		if !closed {
+			m.owned[lease] = struct{}{}
 		}
-		acq := Acquired{Fence: resp.Header.Revision}
-		for _, op := range ops[2:] {
-			r := op.GetResponseRange()
-			if r == nil {
-				return Acquired{}, nil, fmt.Errorf("fence: acquire read is not a range response")
-			}
-			acq.Reads = append(acq.Reads, (*clientv3.GetResponse)(r))
+		m.mu.Unlock()
+		if closed {
+			m.revokeLater(lease)
+			return Acquired{}, nil, ErrClosed
 		}
 		return acq, nil, nil
 	}
 }
 
+func (m *Manager) acquireWith(ctx context.Context, k Keys, token string, lease clientv3.LeaseID, now, expiresAt float64, reads []clientv3.Op) (Acquired, *cairn.WriterRecord, error) {
+	opt := clientv3.WithLease(lease)
+	take := append([]clientv3.Op{
+		clientv3.OpPut(k.Owner, token, opt),
+		clientv3.OpPut(k.Expiry, ExpiryValue(expiresAt), opt),
+	}, reads...)
+	takeover := clientv3.OpTxn(
+		[]clientv3.Cmp{clientv3.Compare(clientv3.Value(k.Expiry), "<", ExpiryValue(now)+"\x00")},
+		take,
+		[]clientv3.Op{clientv3.OpGet(k.Owner), clientv3.OpGet(k.Expiry)},
+	)
+	resp, err := m.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(k.Owner), "=", 0)).
+		Then(take...).
+		Else(takeover).
+		Commit()
+	if err != nil {
+		return Acquired{}, nil, err
+	}
+	ops := resp.Responses
+	if !resp.Succeeded {
+		nested := ops[0].GetResponseTxn()
+		if !nested.Succeeded {
+			owner, expiry := FirstKV(nested.Responses[0]), FirstKV(nested.Responses[1])
+			return Acquired{}, Decode(owner, expiry), ErrHeld
+		}
+		ops = nested.Responses
+	}
+	acq := Acquired{Fence: resp.Header.Revision, Lease: lease}
+	for _, op := range ops[2:] {
+		r := op.GetResponseRange()
+		if r == nil {
+			return Acquired{}, nil, fmt.Errorf("fence: acquire read is not a range response")
+		}
+		acq.Reads = append(acq.Reads, (*clientv3.GetResponse)(r))
+	}
+	return acq, nil, nil
+}
+
+// Adopt records that the caller holds the record attached to lease (one that
+// an Acquire whose answer was lost took), so that Close revokes it.
+func (m *Manager) Adopt(lease clientv3.LeaseID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.closed {
+		m.owned[lease] = struct{}{}
+	}
+}
+
 // Renew moves the expiry of the lease (token, fence) to newExpiry if the lease
-// is current at now. It reports false when the lease was released, replaced
-// or has expired.
-func (m *Manager) Renew(ctx context.Context, k Keys, token string, fence int64, now, newExpiry float64) (bool, error) {
+// is current at now, and keeps the etcd lease its record is attached to alive
+// for another TTL. It reports false when the lease was released, replaced
+// or has expired, or its etcd lease has ended.
+func (m *Manager) Renew(ctx context.Context, k Keys, token string, fence int64, lease clientv3.LeaseID, now, newExpiry float64) (bool, error) {
+	if lease != 0 {
+		if _, err := m.client.KeepAliveOnce(ctx, lease); err != nil {
+			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				return false, nil
+			}
+			return false, err
+		}
+	}
 	resp, err := m.client.Txn(ctx).
 		If(Guard(k, token, fence, now)...).
 		Then(clientv3.OpPut(k.Expiry, ExpiryValue(newExpiry), clientv3.WithIgnoreLease())).
@@ -291,9 +448,24 @@ func (m *Manager) Renew(ctx context.Context, k Keys, token string, fence int64, 
 	return resp.Succeeded, nil
 }
 
-// Release deletes the record if it still belongs to the lease (token, fence),
-// whatever its expiry, and does nothing otherwise.
-func (m *Manager) Release(ctx context.Context, k Keys, token string, fence int64) error {
+// Release ends the lease (token, fence). When the manager acquired it, it
+// revokes its etcd lease, which deletes the record if it is still the
+// lease's (a takeover attached the record to the new holder's lease) and
+// every other key attached to it, in one request. Otherwise it deletes the
+// record if it still belongs to the lease, whatever its expiry. Either way it
+// does nothing to a record that another lease holds.
+func (m *Manager) Release(ctx context.Context, k Keys, token string, fence int64, lease clientv3.LeaseID) error {
+	m.mu.Lock()
+	_, owned := m.owned[lease]
+	delete(m.owned, lease)
+	m.mu.Unlock()
+	if owned {
+		_, err := m.client.Revoke(ctx, lease)
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return nil
+		}
+		return err
+	}
 	_, err := m.client.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(k.Owner), "=", fence),
 			clientv3.Compare(clientv3.Value(k.Owner), "=", token)).

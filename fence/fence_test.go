@@ -62,13 +62,13 @@ func TestAcquireGuardRenewRelease(t *testing.T) {
 			t.Errorf("%s: the guard held", c.name)
 		}
 	}
-	if ok, err := m.Renew(ctx, k, "A", a.Fence, 150, 400); err != nil || !ok {
+	if ok, err := m.Renew(ctx, k, "A", a.Fence, a.Lease, 150, 400); err != nil || !ok {
 		t.Fatalf("renew: %v %v", ok, err)
 	}
 	if !guarded(t, cli, "A", a.Fence, 300) {
 		t.Fatal("renew did not move the expiry")
 	}
-	if ok, _ := m.Renew(ctx, k, "A", a.Fence, 400, 600); ok {
+	if ok, _ := m.Renew(ctx, k, "A", a.Fence, a.Lease, 400, 600); ok {
 		t.Fatal("renewed an expired lease")
 	}
 	// Takeover at the stored expiry: a new fence, the old guard fails.
@@ -80,13 +80,13 @@ func TestAcquireGuardRenewRelease(t *testing.T) {
 		t.Fatal("the old lease's guard held after takeover")
 	}
 	// The old lease cannot release the new one; the new one can.
-	if err := m.Release(ctx, k, "A", a.Fence); err != nil {
+	if err := m.Release(ctx, k, "A", a.Fence, a.Lease); err != nil {
 		t.Fatal(err)
 	}
 	if !guarded(t, cli, "B", b.Fence, 401) {
 		t.Fatal("a stale release removed the replacement")
 	}
-	if err := m.Release(ctx, k, "B", b.Fence); err != nil {
+	if err := m.Release(ctx, k, "B", b.Fence, b.Lease); err != nil {
 		t.Fatal(err)
 	}
 	c, _, err := m.Acquire(ctx, k, "C", 401, 500)
@@ -95,9 +95,9 @@ func TestAcquireGuardRenewRelease(t *testing.T) {
 	}
 }
 
-// TestRecordsEndWithTheSession shows the etcd lease's role: when the session
-// ends (as when its process dies), the records go, and the thread is free.
-func TestRecordsEndWithTheSession(t *testing.T) {
+// TestRecordsEndWithClose: Close revokes the leases of the records the
+// manager holds (as when its process stops), and the thread is free.
+func TestRecordsEndWithClose(t *testing.T) {
 	_, cli := embedetcd.ForTest(t)
 	ctx := context.Background()
 	m := fence.NewManager(cli, fence.Options{TTL: 2 * time.Second})
@@ -113,63 +113,131 @@ func TestRecordsEndWithTheSession(t *testing.T) {
 	m2 := fence.NewManager(cli, fence.Options{TTL: 2 * time.Second})
 	defer m2.Close()
 	if _, _, err := m2.Acquire(ctx, k, "B", 0, 1); err != nil {
-		t.Fatalf("the closed session's record still holds the thread: %v", err)
+		t.Fatalf("the closed manager's record still holds the thread: %v", err)
 	}
 }
 
-// TestSessionLostMidway revokes the session's lease behind the manager's back:
-// the holder's records vanish, its guard fails, and the next acquire grants a
-// new session by itself.
-func TestSessionLostMidway(t *testing.T) {
+// record reads the writer record k, or nil.
+func record(t *testing.T, cli *clientv3.Client) *cairn.WriterRecord {
+	t.Helper()
+	r, err := cli.Get(context.Background(), k.Owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := cli.Get(context.Background(), k.Expiry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Kvs) == 0 || len(x.Kvs) == 0 {
+		return nil
+	}
+	return fence.Decode(r.Kvs[0], x.Kvs[0])
+}
+
+// TestLeaseRevokedMidway revokes a record's etcd lease behind the manager's
+// back: the record and what was attached to it vanish, its guard fails, its
+// renew reports the lease lost, and the next acquire works.
+func TestLeaseRevokedMidway(t *testing.T) {
 	m, cli, ctx := setup(t)
 	a, _, err := m.Acquire(ctx, k, "A", 0, 1e18)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := m.Session(ctx)
-	if err != nil {
+	if _, err := cli.Put(ctx, "claim", "A", clientv3.WithLease(a.Lease)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cli.Revoke(ctx, s.Lease()); err != nil {
+	if _, err := cli.Revoke(ctx, a.Lease); err != nil {
 		t.Fatal(err)
 	}
 	if guarded(t, cli, "A", a.Fence, 1) {
 		t.Fatal("a lease whose records were revoked still guards writes")
 	}
-	rec := func() *cairn.WriterRecord {
-		r, _ := cli.Get(ctx, k.Owner)
-		x, _ := cli.Get(ctx, k.Expiry)
-		if len(r.Kvs) == 0 || len(x.Kvs) == 0 {
-			return nil
-		}
-		return fence.Decode(r.Kvs[0], x.Kvs[0])
+	if rec := record(t, cli); rec != nil {
+		t.Fatalf("records survived the revoke: %+v", rec)
 	}
-	if rec() != nil {
-		t.Fatal("records survived the revoke")
+	if r, _ := cli.Get(ctx, "claim"); len(r.Kvs) != 0 {
+		t.Fatal("a key attached to the record's lease survived the revoke")
+	}
+	if ok, err := m.Renew(ctx, k, "A", a.Fence, a.Lease, 1, 2); ok || err != nil {
+		t.Fatalf("renew of a revoked lease: %v, %v; want false, nil", ok, err)
 	}
 	b, _, err := m.Acquire(ctx, k, "B", 0, 1e18)
 	if err != nil {
-		t.Fatalf("acquire after the session was lost: %v", err)
+		t.Fatalf("acquire after the lease was lost: %v", err)
 	}
-	if got := rec(); got == nil || got.OwnerToken != "B" || got.Fence != b.Fence {
+	if got := record(t, cli); got == nil || got.OwnerToken != "B" || got.Fence != b.Fence {
 		t.Fatalf("record %+v", got)
+	}
+	if a.Lease == b.Lease {
+		t.Fatal("two records share one etcd lease")
 	}
 }
 
-// TestIfNotCurrent runs a delete under IfNotCurrent for each way a lease can
-// stop being current, and for the current lease.
-func TestIfNotCurrent(t *testing.T) {
+// TestAbandonedRecordEnds: a record whose holder stops renewing (but never
+// releases, and whose stored expiry is far in the future) is ended by etcd's
+// own timer within its TTL, and so are the keys attached to it; a record
+// that is renewed outlives its TTL. Neither decision reads a clock of ours.
+func TestAbandonedRecordEnds(t *testing.T) {
+	_, cli := embedetcd.ForTest(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	m := fence.NewManager(cli, fence.Options{TTL: 2 * time.Second})
+	t.Cleanup(func() { m.Close() })
+	abandoned, _, err := m.Acquire(ctx, k, "A", 0, 1e18)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, "claim", "A", clientv3.WithLease(abandoned.Lease)); err != nil {
+		t.Fatal(err)
+	}
+	other := fence.Keys{Owner: "w2", Expiry: "x2"}
+	renewed, _, err := m.Acquire(ctx, other, "R", 0, 1e18)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ttl, err := cli.TimeToLive(ctx, abandoned.Lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	deadline := start.Add(time.Duration(ttl.GrantedTTL+5) * time.Second)
+	for record(t, cli) != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("an abandoned record outlived its TTL of %d s by 5 s", ttl.GrantedTTL)
+		}
+		if ok, err := m.Renew(ctx, other, "R", renewed.Fence, renewed.Lease, 1, 1e18); err != nil || !ok {
+			t.Fatalf("renew of the live record: %v, %v", ok, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("an abandoned record with a TTL of %d s ended after %v", ttl.GrantedTTL, time.Since(start).Round(10*time.Millisecond))
+	if r, _ := cli.Get(ctx, "claim"); len(r.Kvs) != 0 {
+		t.Fatal("a key attached to the abandoned record's lease survived it")
+	}
+	resp, err := cli.Txn(ctx).If(fence.Guard(other, "R", renewed.Fence, 1)...).Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !resp.Succeeded {
+		t.Fatal("the renewed record ended with the abandoned one")
+	}
+}
+
+// TestIfSuperseded runs a delete under IfSuperseded for each way a record can
+// stop being the lease's, for the current lease, and for a lease whose stored
+// expiry passed by every clock but whose record nobody replaced.
+func TestIfSuperseded(t *testing.T) {
 	m, cli, ctx := setup(t)
 	a, _, err := m.Acquire(ctx, k, "A", 100, 200)
 	if err != nil {
 		t.Fatal(err)
 	}
-	deletes := func(token string, fenceRev int64, now float64) bool {
+	deletes := func(token string, fenceRev int64) bool {
 		t.Helper()
 		if _, err := cli.Put(ctx, "data", "v"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := cli.Txn(ctx).Then(fence.IfNotCurrent(k, token, fenceRev, now, clientv3.OpDelete("data"))).Commit(); err != nil {
+		if _, err := cli.Txn(ctx).Then(fence.IfSuperseded(k, token, fenceRev, clientv3.OpDelete("data"))).Commit(); err != nil {
 			t.Fatal(err)
 		}
 		r, err := cli.Get(ctx, "data")
@@ -182,42 +250,31 @@ func TestIfNotCurrent(t *testing.T) {
 		name  string
 		token string
 		fence int64
-		now   float64
 		want  bool
 	}{
-		{"Current", "A", a.Fence, 199, false},
-		{"WrongToken", "B", a.Fence, 100, true},
-		{"WrongFence", "A", a.Fence + 1, 100, true},
-		{"AtExpiry", "A", a.Fence, 200, true},
-		{"AfterExpiry", "A", a.Fence, 201, true},
+		{"Current", "A", a.Fence, false},
+		{"WrongToken", "B", a.Fence, true},
+		{"WrongFence", "A", a.Fence + 1, true},
 	} {
-		if got := deletes(c.token, c.fence, c.now); got != c.want {
+		if got := deletes(c.token, c.fence); got != c.want {
 			t.Errorf("%s: deleted = %v, want %v", c.name, got, c.want)
 		}
 	}
-	if err := m.Release(ctx, k, "A", a.Fence); err != nil {
-		t.Fatal(err)
+	// Expired by its stored expiry (200) and by any clock, but not taken over.
+	if deletes("A", a.Fence) {
+		t.Error("ExpiredNotTakenOver: deleted")
 	}
-	if !deletes("A", a.Fence, 100) {
-		t.Error("Released: not deleted")
-	}
-}
-
-// TestLeaseLost: once the session's lease is reported lost, the manager
-// grants a new one.
-func TestLeaseLost(t *testing.T) {
-	m, _, ctx := setup(t)
-	id, err := m.Lease(ctx)
+	b, _, err := m.Acquire(ctx, k, "B", 300, 400)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.LeaseLost(id + 1) // not the session's: ignored
-	if again, _ := m.Lease(ctx); again != id {
-		t.Fatalf("lease %x after reporting another lease lost, want %x", again, id)
+	if !deletes("A", a.Fence) {
+		t.Error("TakenOver: not deleted")
 	}
-	m.LeaseLost(id)
-	next, err := m.Lease(ctx)
-	if err != nil || next == id {
-		t.Fatalf("lease after loss: %x, %v", next, err)
+	if err := m.Release(ctx, k, "B", b.Fence, b.Lease); err != nil {
+		t.Fatal(err)
+	}
+	if !deletes("B", b.Fence) {
+		t.Error("Released: not deleted")
 	}
 }

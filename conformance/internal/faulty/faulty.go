@@ -94,6 +94,7 @@ type Faults struct {
 	ClaimIgnoredByDelete    bool // BeginBlobDeletes ignores live claims, and a claim leaves a candidate's record
 	ClaimWithoutLease       bool // ClaimBlobs accepts a lease that is not current
 	ClaimsOutliveLease      bool // claims stay live after Release, expiry and takeover, until the lease's next Append
+	ClaimsJudgedByClock     bool // a claim counts as dead once its lease's stored expiry passed by the caller's clock
 	ClaimDeleting           bool // ClaimBlobs claims a key in GCDeleting instead of reporting it busy
 	ClaimLeaseBeforeKeys    bool // ClaimBlobs checks the lease before the keys
 	ClaimBeforeKeyCheck     bool // ClaimBlobs claims the keys before an invalid one
@@ -114,6 +115,12 @@ type Faults struct {
 // cairn.Forker, cairn.ThreadLister, cairn.BlobReferenceWalker,
 // cairn.BlobClaimer and cairn.BlobCollector.
 type Store struct {
+	*state
+	clock func() float64 // this handle's clock
+}
+
+// state is what every handle on one store shares.
+type state struct {
 	f    Faults
 	opts cairn.Options
 
@@ -134,7 +141,7 @@ func New(opts cairn.Options, f Faults) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{
+	return &Store{clock: o.Now, state: &state{
 		f: f, opts: o,
 		checkpoints: map[string]*cairn.Checkpoint{},
 		heads:       map[string]string{},
@@ -144,10 +151,14 @@ func New(opts cairn.Options, f Faults) (*Store, error) {
 		transcripts: map[string]json.RawMessage{},
 		leased:      map[string]bool{},
 		gc:          newGCState(),
-	}, nil
+	}}, nil
 }
 
-func (s *Store) now() float64 { return s.opts.Now() }
+// WithClock returns another handle on the same store whose clock is now, as
+// cairn.MemoryStore.WithClock does.
+func (s *Store) WithClock(now func() float64) *Store { return &Store{state: s.state, clock: now} }
+
+func (s *Store) now() float64 { return s.clock() }
 
 func (s *Store) live(rec *cairn.WriterRecord, now float64) bool {
 	if rec == nil {

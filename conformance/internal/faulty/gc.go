@@ -84,10 +84,21 @@ func (s *Store) removeRecord(key string) {
 	}
 }
 
-// claimed reports whether key has a live claim at now. s.mu is held.
+// claimed reports whether key has a live claim: one whose lease still holds
+// its writer record (with ClaimsJudgedByClock: one whose lease is current at
+// now by this handle's clock). s.mu is held.
 func (s *Store) claimed(key string, now float64) bool {
 	for w, keys := range s.gc.claims {
-		if keys[key] && (s.f.ClaimsOutliveLease || s.current(s.writers[w.ThreadID], w, now)) {
+		if !keys[key] {
+			continue
+		}
+		rec := s.writers[w.ThreadID]
+		switch {
+		case s.f.ClaimsOutliveLease:
+			return true
+		case s.f.ClaimsJudgedByClock && s.current(rec, w, now):
+			return true
+		case !s.f.ClaimsJudgedByClock && rec.Holds(w):
 			return true
 		}
 	}
