@@ -90,6 +90,19 @@ func TestConformanceOnDebianEtcd34(t *testing.T) {
 	conformance.RunThreadListerTests(t, storeFactory)
 	conformance.RunBlobReferenceWalkerTests(t, storeFactory)
 	conformance.RunBlobGCTests(t, storeFactory)
+	conformance.RunClockSkewTests(t, func(t *testing.T, a, b cairn.Options) (cairn.Store, cairn.Store) {
+		prefix := fmt.Sprintf("debian-%d/", n.Add(1))
+		var pair [2]cairn.Store
+		for i, opts := range []cairn.Options{a, b} {
+			s, err := etcdstore.New(cli, prefix, etcdstore.Options{Options: opts})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			pair[i] = s
+		}
+		return pair[0], pair[1]
+	})
 	conformance.RunInstanceStoreTests(t, func(t *testing.T) cairn.InstanceStore { return newStore(t, cairn.Options{}).Instances() })
 
 	// Verify, on 3.4 too, every store the suites left behind.

@@ -353,6 +353,7 @@ func faultCampaign(t *testing.T, cluster *harness.Cluster, prefix string, object
 	blobs := blobPool(t, bkt)
 	c := newCampaign(t, cluster.Endpoints(), prefix, blobs)
 	defer c.closeStores()
+	c.skewClocks()
 	if objects {
 		c.useObjects(bkt)
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/cairnstore/cairn/integration/internal/harness"
 	"github.com/cairnstore/cairn/internal/s3test"
 	"github.com/cairnstore/cairn/internal/sidecar"
+	"github.com/cairnstore/cairn/internal/skewclock"
 	"github.com/cairnstore/cairn/keys"
 	"github.com/cairnstore/cairn/sweep"
 )
@@ -191,6 +192,29 @@ type onlineEnv struct {
 	storesMu sync.Mutex
 	stores   []*etcdstore.Store
 	clients  []*clientv3.Client
+
+	// skewMu guards skew, which draws every process's clock: an offset
+	// within ±maxClockOffset and a rate within 1 ± maxClockRateError of the
+	// machine's clock, a new one for each writer and each sweeper run.
+	skewMu sync.Mutex
+	skew   *rand.Rand
+}
+
+// The clocks of the online campaign's processes disagree by up to these.
+const (
+	maxClockOffset    = 600 * time.Second
+	maxClockRateError = 0.01
+)
+
+// drawClock returns a clock of the machine's, skewed at random, for one
+// process, and logs it.
+func (e *onlineEnv) drawClock(who string) *skewclock.Clock {
+	e.skewMu.Lock()
+	offset, rate := skewclock.Random(e.skew, maxClockOffset, maxClockRateError)
+	e.skewMu.Unlock()
+	c := skewclock.New(cairn.SystemClock, offset, rate)
+	fmt.Fprintf(e, "==== clock of %s: %s\n", who, c)
+	return c
 }
 
 func newOnlineEnv(t *testing.T, cluster *harness.Cluster, bin, prefix string, claims bool) *onlineEnv {
@@ -203,6 +227,9 @@ func newOnlineEnv(t *testing.T, cluster *harness.Cluster, bin, prefix string, cl
 	t.Cleanup(func() { cli.Close() })
 	e := &onlineEnv{t: t, cluster: cluster, bin: bin, srv: srv, bkt: bkt, prefix: prefix, layout: keys.NewLayout(prefix),
 		claims: claims, cli: cli, content: map[string][]byte{}}
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("clock seed %d", seed)
+	e.skew = rand.New(rand.NewPCG(seed, 24))
 	for i := range onlinePool {
 		// Sizes differ, so that a size check means something.
 		data := bytes.Repeat(fmt.Appendf(nil, "content %d of the shared pool\n", i), 1+i%5)
@@ -409,7 +436,8 @@ func (e *onlineEnv) writer(ctx context.Context, i int, seed uint64, res *onlineR
 		t.Errorf("%s: %v", thread, err)
 		return
 	}
-	store, err := etcdstore.New(cli, e.prefix, e.storeOptions(cairn.Options{LeaseDuration: onlineLease, RenewAfter: onlineLease / 3}))
+	clk := e.drawClock("writer of " + thread)
+	store, err := etcdstore.New(cli, e.prefix, e.storeOptions(cairn.Options{Now: clk.Now, LeaseDuration: onlineLease, RenewAfter: onlineLease / 3}))
 	if err != nil {
 		t.Errorf("%s: %v", thread, err)
 		cli.Close()
@@ -637,7 +665,8 @@ func (e *onlineEnv) sweeperArgs(extra ...string) ([]string, []string) {
 		"--keep=1", "--older-than=0s", "--lock-ttl=" + onlineLockTTL.String(),
 		"--etcd-dial-timeout=3s", "--etcd-request-timeout=3s", "--probe-timeout=5s",
 	}
-	env := []string{"CAIRN_S3_ACCESS_KEY_ID=" + e.srv.AccessKeyID, "CAIRN_S3_SECRET_ACCESS_KEY=" + e.srv.SecretAccessKey}
+	env := []string{"CAIRN_S3_ACCESS_KEY_ID=" + e.srv.AccessKeyID, "CAIRN_S3_SECRET_ACCESS_KEY=" + e.srv.SecretAccessKey,
+		skewclock.Env + "=" + e.drawClock("a sweeper run").String()}
 	return append(args, extra...), env
 }
 

@@ -63,7 +63,7 @@ func (c *campaign) writer(ctx context.Context, cl *client, thread string, staleO
 			continue
 		}
 		w := lease.Writer
-		if !stale && c.clock.Now()-lastRenew >= cairn.Millis(renewAfter) && cl.r.IntN(12) != 0 {
+		if !stale && cl.now()-lastRenew >= cairn.Millis(renewAfter) && cl.r.IntN(12) != 0 {
 			out := cl.renew(lease)
 			switch {
 			case out.Err == lincheck.CodeWriterLost:

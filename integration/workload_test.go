@@ -23,6 +23,7 @@ import (
 	"github.com/cairnstore/cairn/bucket"
 	"github.com/cairnstore/cairn/etcdstore"
 	"github.com/cairnstore/cairn/integration/internal/lincheck"
+	"github.com/cairnstore/cairn/internal/skewclock"
 	"github.com/cairnstore/cairn/keys"
 )
 
@@ -102,7 +103,16 @@ type campaign struct {
 	// artifacts, when set, replaces artifactDir for the visualization of
 	// an expected violation.
 	artifacts string
+	// skewed, when set, gives every client a clock of its own (skewClocks).
+	skewed bool
 }
+
+// skewClocks gives every client created after it a clock of its own: the
+// logical clock, offset by up to ±maxClockOffset and running at a rate within
+// 1 ± maxClockRateError of it, as processes in several regions disagree.
+// Each operation's history records the reads of its client's own clock,
+// which are what its store compared in etcd, so the model stays exact.
+func (c *campaign) skewClocks() { c.skewed = true }
 
 // newCampaign prepares a campaign on the given member endpoints: one client
 // per member, each with the recording interceptor, and extra interceptors
@@ -135,8 +145,13 @@ func newCampaign(t *testing.T, endpoints []string, prefix string, blobs []bucket
 // newStore returns a store of its own (as a separate process would have) on
 // the client of a member.
 func (c *campaign) newStore(member int) *etcdstore.Store {
+	return c.newStoreWith(member, c.clock.Now)
+}
+
+// newStoreWith is newStore with the clock now.
+func (c *campaign) newStoreWith(member int, now func() float64) *etcdstore.Store {
 	s, err := etcdstore.New(c.clients[member%len(c.clients)], c.prefix, etcdstore.Options{
-		Options: cairn.Options{Now: c.clock.Now, LeaseDuration: leaseDuration, RenewAfter: renewAfter},
+		Options: cairn.Options{Now: now, LeaseDuration: leaseDuration, RenewAfter: renewAfter},
 		Logger:  slog.New(c.logs),
 		Objects: c.objects, InlineLimit: campaignInlineLimit,
 	})
@@ -341,10 +356,17 @@ type client struct {
 	id    int
 	store *etcdstore.Store
 	r     *rand.Rand
+	now   func() float64 // the clock of the client's store
 }
 
 func (c *campaign) newClient(member int, seed uint64) *client {
-	return &client{c: c, id: c.hist.NewClient(), store: c.newStore(member), r: rand.New(rand.NewPCG(seed, 0x5eed))}
+	r := rand.New(rand.NewPCG(seed, 0x5eed))
+	now := c.clock.Now
+	if c.skewed {
+		offset, rate := skewclock.Random(r, maxClockOffset, maxClockRateError)
+		now = skewclock.New(c.clock.Now, offset, rate).Now
+	}
+	return &client{c: c, id: c.hist.NewClient(), store: c.newStoreWith(member, now), r: r, now: now}
 }
 
 // do runs one recorded operation. fn returns the operation's output on
@@ -358,7 +380,7 @@ func (cl *client) do(in lincheck.Input, fence int64, fn func(ctx context.Context
 	tag := &opTag{client: cl.id, kind: in.Kind.String(), thread: in.Thread, fence: fence, failed: &atomic.Int32{}}
 	ctx, cancel := context.WithTimeout(withTag(context.Background(), tag), c.opTimeout)
 	defer cancel()
-	in.Now0 = c.clock.Now()
+	in.Now0 = cl.now()
 	call := c.hist.Now()
 	out, err := fn(ctx)
 	if in.Kind == lincheck.Release && tag.failed.Load() > 0 {
@@ -385,7 +407,7 @@ func (cl *client) do(in lincheck.Input, fence int64, fn func(ctx context.Context
 			out = lincheck.Output{Err: code}
 		}
 	}
-	in.Now1 = c.clock.Now()
+	in.Now1 = cl.now()
 	ret := c.hist.Now()
 	c.hist.Add(cl.id, in, call, ret, out)
 	if out.Unknown {

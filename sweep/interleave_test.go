@@ -243,9 +243,21 @@ func runInterleavings(t *testing.T, newStore storeFactory) {
 			t.Fatalf("UploadBlobs: %v", err)
 		}
 		w.clock.Set(millisTime(c.lease.ExpiresAt()).Add(time.Millisecond))
+		// Expired by the clock, but nobody took the lease over: the claims
+		// still protect, since no clock decides a delete.
 		rep, err := w.sweep(t, w.blobs, opts)
-		if err != nil || rep.Claimed != 0 || rep.Marked != 2 || !slices.Equal(rep.Deleted, []string{otherOld}) {
-			t.Fatalf("Sweep = %v deleted, %d claimed, %d marked, %v; want the expired claims gone, both keys marked, %s deleted", rep.Deleted, rep.Claimed, rep.Marked, err, otherOld)
+		if err != nil || rep.Claimed != 2 || rep.Marked != 0 || !slices.Equal(rep.Deleted, []string{otherOld}) {
+			t.Fatalf("Sweep = %v deleted, %d claimed, %d marked, %v; want both claims kept, nothing marked, %s deleted", rep.Deleted, rep.Claimed, rep.Marked, err, otherOld)
+		}
+		// A takeover replaces the record: now the claims are dead.
+		next, err := w.store.AcquireWriter(t.Context(), "capture")
+		if err != nil {
+			t.Fatalf("takeover: %v", err)
+		}
+		t.Cleanup(func() { next.Release(context.Background()) })
+		rep, err = w.sweep(t, w.blobs, opts)
+		if err != nil || rep.Claimed != 0 || rep.Marked != 2 || len(rep.Deleted) != 0 {
+			t.Fatalf("Sweep = %v deleted, %d claimed, %d marked, %v; want the replaced lease's claims gone and both keys marked", rep.Deleted, rep.Claimed, rep.Marked, err)
 		}
 		w.clock.Advance(interleavingOlderThan)
 		rep, err = w.sweep(t, w.blobs, opts)
@@ -259,10 +271,11 @@ func runInterleavings(t *testing.T, newStore storeFactory) {
 		w.checkHeads(t)
 	})
 
-	// (f) The capture claims and crashes before it appends: its claims end
-	// with its lease, and a sweep deletes the keys once their grace, which
+	// (f) The capture claims and stops before it appends: its claims end
+	// with its lease's record (released, or ended by a renew that found the
+	// lease expired), and a sweep deletes the keys once their grace, which
 	// starts after the claim, has passed.
-	for _, crash := range []string{"Released", "Expired"} {
+	for _, crash := range []string{"Released", "RenewFoundItExpired"} {
 		t.Run("CrashBeforeTheAppend/"+crash, func(t *testing.T) {
 			w := newInterleaving(t, newStore, protectedMarked)
 			c := w.begin(t, "capture", reusedBlob, freshBlob)
@@ -273,6 +286,9 @@ func runInterleavings(t *testing.T, newStore storeFactory) {
 				c.lease.Release(t.Context())
 			} else {
 				w.clock.Set(millisTime(c.lease.ExpiresAt()).Add(time.Millisecond))
+				if _, err := c.lease.Renew(t.Context()); !errors.Is(err, cairn.ErrWriterLost) {
+					t.Fatalf("Renew of an expired lease = %v; want ErrWriterLost", err)
+				}
 			}
 			rep, err := w.sweep(t, w.blobs, opts)
 			if err != nil || rep.Marked != 2 || !slices.Equal(rep.Deleted, []string{otherOld}) {

@@ -333,12 +333,16 @@ func TestOnlineSweep(t *testing.T) {
 			runs: []onlineRun{
 				{before: func(t *testing.T, w *onlineWorld) { w.claim(t, "w1", a) },
 					want: onlineWant{claimed: 1, marked: 1, candidates: []string{b}}},
-				// w1's lease has expired, so its claim is over; a claim of b
-				// ends b's candidacy.
+				// w1's lease has expired by every clock, but nobody took it
+				// over, so its claim still protects a; a claim of b ends
+				// b's candidacy.
 				{advance: 2 * hour, before: func(t *testing.T, w *onlineWorld) { w.claim(t, "w2", b) },
-					want: onlineWant{claimed: 1, marked: 1, candidates: []string{a}}},
+					want: onlineWant{claimed: 2}},
+				// Released, w2's claim is over; w1's holds.
 				{advance: 2 * hour, before: func(t *testing.T, w *onlineWorld) { w.release("w2") },
-					want: onlineWant{marked: 1, deleted: []string{a}, candidates: []string{b}}},
+					want: onlineWant{claimed: 1, marked: 1, candidates: []string{b}}},
+				{advance: 2 * hour, before: func(t *testing.T, w *onlineWorld) { w.release("w1") },
+					want: onlineWant{marked: 1, deleted: []string{b}, candidates: []string{a}}},
 			},
 		},
 		{

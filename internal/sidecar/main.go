@@ -12,8 +12,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/etcdstore"
 	"github.com/cairnstore/cairn/internal/cli"
+	"github.com/cairnstore/cairn/internal/skewclock"
 	"github.com/cairnstore/cairn/sweep"
 )
 
@@ -131,6 +133,17 @@ func run(hard, stop context.Context, cfg Config, log *slog.Logger, h *health, li
 			return ExitUsage
 		}
 	}
+	// A skewed clock, for tests of clocks that disagree (skewclock.Env):
+	// it moves the prune's and the sweep's ages and this process's lease
+	// acquires, and nothing else; no decision to delete reads it.
+	storeNow, runNow := cairn.SystemClock, time.Now
+	if c, err := skewclock.FromEnv(cairn.SystemClock); err != nil {
+		log.Error("cannot read the test clock; nothing was done", "error", err)
+		return ExitUsage
+	} else if c != nil {
+		log.Warn("running on a skewed clock, for tests only", "env", skewclock.Env, "clock", c.String())
+		storeNow, runNow = c.Now, c.Time
+	}
 	client, err := cli.ConnectEtcd(stop, cfg.Etcd, cfg.Targets[0].Prefix, cfg.ProbeTimeout)
 	if err != nil {
 		return failed("etcd check failed; nothing was done", err)
@@ -156,7 +169,7 @@ func run(hard, stop context.Context, cfg Config, log *slog.Logger, h *health, li
 
 		// The bucket also holds the bodies of version-2 checkpoints, which the
 		// sweep must read to count their references and keep their objects.
-		store, err := etcdstore.New(client, t.Prefix, etcdstore.Options{Logger: log, Objects: blobs})
+		store, err := etcdstore.New(client, t.Prefix, etcdstore.Options{Options: cairn.Options{Now: storeNow}, Logger: log, Objects: blobs})
 		if err != nil {
 			return failed("cannot open the store", err)
 		}
@@ -178,6 +191,7 @@ func run(hard, stop context.Context, cfg Config, log *slog.Logger, h *health, li
 			AllowEmptyStore: cfg.AllowEmptyStore,
 			LockTTL:         cfg.LockTTL,
 			RequestTimeout:  cfg.Etcd.RequestTimeout,
+			Now:             runNow,
 		}, log.With("prefix", t.Prefix), metrics)
 		defer sw.Close()
 		metrics.Policies(t.Name)
