@@ -15,9 +15,15 @@ import (
 //     checkpoint will reference that its parent does not, before it looks in
 //     the bucket. Only then may it reuse the bytes it finds, or upload them.
 //     A claim belongs to the writer lease: it protects the key for as long as
-//     that lease is current, and the writer's next successful Append ends
-//     every claim of the lease (the keys it references are then protected by
-//     the reference; the others were not used).
+//     that lease's writer record is the lease's (WriterRecord.Holds), and the
+//     writer's next successful Append ends every claim of the lease (the keys
+//     it references are then protected by the reference; the others were not
+//     used). No clock decides that a claim is over: a lease whose expiry has
+//     passed by some clock, but that nobody took over, released or ended, can
+//     still append by its holder's clock, so its claims still protect. A
+//     store ends a record its holder abandoned by a timer of its own (on etcd,
+//     the leader's timer of the record's etcd lease), never by a reading of
+//     anyone's wall clock.
 //   - The sweeper moves a key through GC records: none, GCCandidate (found
 //     unreferenced and unclaimed; Since says when), GCDeleting (its bytes may
 //     be gone), none again once the delete succeeded. Every move is a
@@ -66,7 +72,8 @@ type GCRecord struct {
 // records, as of the same point in time as the references the read reported.
 type BlobGCView struct {
 	// Claimed holds the keys with at least one live claim, sorted and
-	// distinct. A claim is live while its writer lease is current.
+	// distinct. A claim is live while its writer lease's record is the
+	// lease's (WriterRecord.Holds), whatever any clock says.
 	Claimed []string
 	// Records holds every GC record, sorted by key.
 	Records []GCRecord
@@ -97,7 +104,10 @@ type BlobClaimer interface {
 	// key: it waits with WaitBlobs, claims it again, and uploads it. A
 	// claimed key's bytes may be reused if the bucket has them, or uploaded.
 	// Claiming a key twice is harmless. Claims end when the lease's next
-	// Append succeeds, when the lease is released, taken over or expires.
+	// Append succeeds, and when the lease's record ends: released, taken over
+	// (after it expired by the acquirer's clock), ended by a Renew or a claim
+	// that found it expired, or ended by the store's own timer after its
+	// holder stopped renewing it. Expiry alone does not end them.
 	//
 	// It claims all of keys or, on error, claims nothing that the caller can
 	// rely on. It returns, in order: ErrInvalidID for an invalid writer

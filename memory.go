@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"maps"
 	"slices"
 	"strings"
@@ -208,6 +209,9 @@ func (m *MemoryStore) Append(ctx context.Context, in AppendInput) (AppendResult,
 	_, taken := s.checkpoints[c.ID]
 	view := AppendView{Writer: s.writer(c.ThreadID), IDTaken: taken, Head: s.heads[c.ThreadID]}
 	if err := view.Check(&in, m.now()); err != nil {
+		if errors.Is(err, ErrWriterLost) && in.Writer.ThreadID == c.ThreadID {
+			s.endRecord(in.Writer) // as Renew does: it can never be current again
+		}
 		return AppendResult{}, err
 	}
 	s.insert(c)

@@ -313,7 +313,7 @@ func (op *appendOp) endClaims(ctx context.Context, err error) {
 	case err == nil:
 		s.deleteClaimKeys(ctx, w, op.claims)
 	case op.lost:
-		s.deleteClaims(ctx, w)
+		s.endLease(ctx, w)
 	}
 }
 

@@ -73,9 +73,7 @@ func (s *Store) claimEach(ctx context.Context, w cairn.Writer, blobs []keys.Blob
 	busy, err := s.claimBatches(ctx, w, lease, batches, claimed)
 	if err != nil {
 		if errors.Is(err, cairn.ErrWriterLost) {
-			// End the record if it is still w's (expired by this store's
-			// clock), then its claims: see leaseDriver.Renew.
-			(&leaseDriver{s: s, w: w, lease: lease}).Release(ctx)
+			s.endLease(ctx, w)
 		}
 		return nil, err
 	}

@@ -122,11 +122,7 @@ func (d *leaseDriver) Renew(ctx context.Context) (float64, error) {
 			return 0, err
 		}
 		if !ok {
-			// The lease can never be current again. Its record may still
-			// be its own (expired by this store's clock, not taken over):
-			// end it, so that no clock that later reads earlier can let
-			// the holder write without the claims this ends too.
-			d.Release(ctx)
+			d.s.endLease(ctx, d.w) // the lease can never be current again
 			return 0, cairn.NewError(cairn.CodeWriterLost, "writer lease for thread %q is no longer current", d.w.ThreadID)
 		}
 		return exp, nil
@@ -143,10 +139,21 @@ func (d *leaseDriver) Release(ctx context.Context) {
 	wk := d.s.writerKeys(d.w.ThreadID)
 	revokes := d.s.fences.Owns(d.lease)
 	if err := d.s.fences.Release(ctx, wk, d.w.OwnerToken, d.w.Fence, d.lease); err != nil {
+		// The record may still be the lease's: its claims must stay too.
 		d.s.log.Warn("etcdstore: release of writer lease failed; it ends with its etcd lease", "thread", d.w.ThreadID, "fence", d.w.Fence, "err", err)
+		return
 	}
 	if !revokes {
 		d.s.deleteClaims(ctx, d.w)
 	}
 	d.s.claims.forget(d.w)
+}
+
+// endLease ends w after one of its writes found it lost: the record, if it
+// is still w's (expired by this store's clock, not taken over), then its
+// claims. Ending the record first means that no clock which later reads
+// earlier can let w write again without the claims it had.
+func (s *Store) endLease(ctx context.Context, w cairn.Writer) {
+	lease, _ := s.claims.leaseOf(w)
+	(&leaseDriver{s: s, w: w, lease: lease}).Release(ctx)
 }

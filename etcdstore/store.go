@@ -161,9 +161,10 @@ func New(client *clientv3.Client, prefix string, opts Options) (*Store, error) {
 	}, nil
 }
 
-// Close revokes the etcd lease that the store's writer records are attached
-// to, which ends every writer lease the store still holds: their holders get
-// cairn.ErrWriterLost. It does not close the client.
+// Close revokes the etcd leases of the writer records that the store's
+// AcquireWriter created and that are still held, which ends those writer
+// leases and their claims: their holders get cairn.ErrWriterLost. It does
+// not close the client.
 func (s *Store) Close() error { return s.fences.Close() }
 
 // Layout returns the key layout of the store.

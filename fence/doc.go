@@ -7,14 +7,21 @@
 // lease's owner token; its mod revision is the lease's fence, because only an
 // acquire writes it. Expiry holds the lease's expiry in milliseconds, encoded
 // so that byte order is numeric order; Renew rewrites it. Both keys are
-// attached to an etcd lease of the Manager's session, which the holding process
-// keeps alive, so the records of a process that dies disappear by themselves
-// within the session TTL.
+// attached to an etcd lease of the record's own, granted with the Manager's
+// TTL: Renew keeps it alive, Release revokes it, and when the holder does
+// neither (it died, or abandoned the record), etcd's leader ends it by its own
+// timer within the TTL, and the record with it. Keys that must not outlive
+// the record, such as a writer's claims, are attached to the same etcd lease
+// (Acquired.Lease).
 //
 // The contract's expiry is always the stored expiry compared with the caller's
 // clock, never etcd's lease timer: a lease is current while Expiry > now. This
 // lets tests move time, and keeps etcd's coarse, leader-refreshed TTLs out of
-// the contract. The etcd lease only reclaims what dead processes left behind.
+// the contract. What the record's existence decides is different: whether its
+// holder can still write at all. A record that is still the lease's (not
+// replaced, released or ended) may still pass the guard by its holder's clock,
+// whatever any other clock says, so nothing that protects the holder's next
+// write may be judged dead while the record exists (IfSuperseded).
 //
 // Acquire is one transaction:
 //
