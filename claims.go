@@ -105,9 +105,9 @@ type BlobClaimer interface {
 	// claimed key's bytes may be reused if the bucket has them, or uploaded.
 	// Claiming a key twice is harmless. Claims end when the lease's next
 	// Append succeeds, and when the lease's record ends: released, taken over
-	// (after it expired by the acquirer's clock), ended by a Renew or a claim
-	// that found it expired, or ended by the store's own timer after its
-	// holder stopped renewing it. Expiry alone does not end them.
+	// (after it expired by the acquirer's clock), or ended by the store's own
+	// timer after its holder stopped renewing it. Expiry alone does not end
+	// them.
 	//
 	// It claims all of keys or, on error, claims nothing that the caller can
 	// rely on. It returns, in order: ErrInvalidID for an invalid writer

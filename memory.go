@@ -209,8 +209,8 @@ func (m *MemoryStore) Append(ctx context.Context, in AppendInput) (AppendResult,
 	_, taken := s.checkpoints[c.ID]
 	view := AppendView{Writer: s.writer(c.ThreadID), IDTaken: taken, Head: s.heads[c.ThreadID]}
 	if err := view.Check(&in, m.now()); err != nil {
-		if errors.Is(err, ErrWriterLost) && in.Writer.ThreadID == c.ThreadID {
-			s.endRecord(in.Writer) // as Renew does: it can never be current again
+		if errors.Is(err, ErrWriterLost) {
+			s.endClaims(in.Writer)
 		}
 		return AppendResult{}, err
 	}
@@ -315,10 +315,7 @@ func (l *memLease) Renew(ctx context.Context) (float64, error) {
 	now := l.now()
 	rec := s.writer(l.w.ThreadID)
 	if !rec.Current(l.w, now) {
-		// The lease can never be current again; a record that is still
-		// its own (expired, not taken over) ends here with its claims, so
-		// that no clock that later reads earlier lets it write again.
-		s.endRecord(l.w)
+		s.endClaims(l.w)
 		return 0, writerLost(l.w.ThreadID)
 	}
 	rec.ExpiresAt = now + Millis(s.opts.LeaseDuration)
@@ -341,6 +338,16 @@ func (s *memState) endRecord(w Writer) {
 		delete(s.ends, w.ThreadID)
 	}
 	s.gc.dropLease(w)
+}
+
+// endClaims ends w's claims after a write of w found it lost, unless w still
+// holds its record (expired by a clock, not replaced): a clock that reads
+// earlier may let w write again, so its claims stay until the record ends.
+// s.mu is held.
+func (s *memState) endClaims(w Writer) {
+	if !s.writer(w.ThreadID).Holds(w) {
+		s.gc.dropLease(w)
+	}
 }
 
 // ListBlobReferences implements Store.

@@ -77,7 +77,7 @@ func (m *MemoryStore) ClaimBlobs(ctx context.Context, w Writer, keys []string) (
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.writer(w.ThreadID).Current(w, m.now()) {
-		s.endRecord(w) // as Renew does: the lease can never be current again
+		s.endClaims(w)
 		return nil, writerLost(w.ThreadID)
 	}
 	g := &s.gc

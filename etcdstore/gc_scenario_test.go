@@ -313,7 +313,9 @@ var gcScenarios = []struct {
 		advance(60_000),
 		read("v", "claimed=[k1] records=[] refs=[]"),
 		mark("m0", 6, "[]", bks("k1")...),
-		renew("A"), // finds the lease expired: ends its record
+		renew("A"), // finds the lease expired; the record is still A's
+		read("v", "claimed=[k1] records=[] refs=[]"),
+		acquire("B", "t"), // a takeover ends A's claims
 		claim("A", string(cairn.CodeWriterLost), "k2"),
 		mark("m", 7, "[k1:candidate@7]", bks("k1")...),
 	}},

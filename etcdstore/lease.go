@@ -149,11 +149,20 @@ func (d *leaseDriver) Release(ctx context.Context) {
 	d.s.claims.forget(d.w)
 }
 
-// endLease ends w after one of its writes found it lost: the record, if it
-// is still w's (expired by this store's clock, not taken over), then its
-// claims. Ending the record first means that no clock which later reads
-// earlier can let w write again without the claims it had.
+// endLease ends what this store remembers of w after one of its writes found
+// it lost. Its claims are deleted only when its record is no longer w's
+// (taken over, released or ended): a record that is still w's, expired by
+// this store's clock but not replaced, may pass w's guard again by a clock
+// that reads earlier (a step back, or another process's), so its claims
+// stay until the record ends, at the latest with its etcd lease.
 func (s *Store) endLease(ctx context.Context, w cairn.Writer) {
-	lease, _ := s.claims.leaseOf(w)
-	(&leaseDriver{s: s, w: w, lease: lease}).Release(ctx)
+	rs, _, err := s.readOnly(ctx, clientv3.OpGet(s.writerKeys(w.ThreadID).Owner))
+	if err != nil {
+		return // the claims end with the record
+	}
+	if kv := first(rs[0]); kv != nil && kv.ModRevision == w.Fence && string(kv.Value) == w.OwnerToken {
+		return
+	}
+	s.deleteClaims(ctx, w)
+	s.claims.forget(w)
 }

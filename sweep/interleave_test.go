@@ -272,10 +272,10 @@ func runInterleavings(t *testing.T, newStore storeFactory) {
 	})
 
 	// (f) The capture claims and stops before it appends: its claims end
-	// with its lease's record (released, or ended by a renew that found the
-	// lease expired), and a sweep deletes the keys once their grace, which
-	// starts after the claim, has passed.
-	for _, crash := range []string{"Released", "RenewFoundItExpired"} {
+	// with its lease's record (released, or replaced by a takeover), and a
+	// sweep deletes the keys once their grace, which starts after the
+	// claim, has passed.
+	for _, crash := range []string{"Released", "TakenOver"} {
 		t.Run("CrashBeforeTheAppend/"+crash, func(t *testing.T) {
 			w := newInterleaving(t, newStore, protectedMarked)
 			c := w.begin(t, "capture", reusedBlob, freshBlob)
@@ -286,9 +286,11 @@ func runInterleavings(t *testing.T, newStore storeFactory) {
 				c.lease.Release(t.Context())
 			} else {
 				w.clock.Set(millisTime(c.lease.ExpiresAt()).Add(time.Millisecond))
-				if _, err := c.lease.Renew(t.Context()); !errors.Is(err, cairn.ErrWriterLost) {
-					t.Fatalf("Renew of an expired lease = %v; want ErrWriterLost", err)
+				next, err := w.store.AcquireWriter(t.Context(), "capture")
+				if err != nil {
+					t.Fatalf("takeover: %v", err)
 				}
+				t.Cleanup(func() { next.Release(context.Background()) })
 			}
 			rep, err := w.sweep(t, w.blobs, opts)
 			if err != nil || rep.Marked != 2 || !slices.Equal(rep.Deleted, []string{otherOld}) {
