@@ -98,7 +98,7 @@ func (v BlobGCView) Record(key string) (GCRecord, bool) {
 // capability that makes a capture safe beside a running sweeper.
 type BlobClaimer interface {
 	// ClaimBlobs claims keys for the writer lease w, so that no sweep deletes
-	// them while the lease is current, and returns the keys it could not
+	// them while w's writer record is w's, and returns the keys it could not
 	// claim because a sweep is deleting them (sorted, distinct; nil when
 	// every key was claimed). The caller must not rely on the bytes of a busy
 	// key: it waits with WaitBlobs, claims it again, and uploads it. A

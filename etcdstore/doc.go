@@ -29,9 +29,11 @@
 //     that same transaction.
 //   - The online sweep keeps a GC record per blob key the sweeper is
 //     collecting and a claim per (blob key, writer lease), attached to the
-//     store's session lease. Every move of a record is a compare-and-swap on
-//     its version, and "no claim" is one range comparison over the key's
-//     claims, so a writer's claim and the sweeper's delete cannot both win.
+//     etcd lease of that writer's record; a claim is live while the record
+//     is its lease's, whatever any clock says. Every move of a record is a
+//     compare-and-swap on its version, and "no claim" is one range comparison
+//     over the key's claims, so a writer's claim and the sweeper's delete
+//     cannot both win.
 //     A turn's claims end in its append's own transaction.
 //
 // The key layout, every transaction's comparisons and operations, and what
