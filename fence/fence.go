@@ -54,22 +54,23 @@ type Manager struct {
 	ttl    int64
 	log    *slog.Logger
 
-	ctx     context.Context // lives until Close; bounds the spare's keep-alive
+	ctx     context.Context // lives until Close; bounds the spares' keep-alives
 	cancel  context.CancelFunc
 	wgMu    sync.Mutex // orders goroutine starts before Close's wait
 	wg      sync.WaitGroup
 	stopped bool // Close is waiting for the goroutines; start no more
 
 	mu      sync.Mutex
-	spare   *spare                        // a granted lease kept alive for the next Acquire
-	filling bool                          // a grant of the next spare is under way
+	spares  []*spare                      // granted leases kept alive for the next Acquires
+	filling int                           // grants of spares under way
 	owned   map[clientv3.LeaseID]struct{} // leases of records this manager acquired
 	closed  bool
 }
 
 // spare is a granted etcd lease that nothing is attached to yet, kept alive
 // by clientv3's keep-alive loop until an Acquire takes it, so that an
-// acquire costs one request, not a grant and a transaction.
+// acquire costs one request, not a grant and a transaction. A manager keeps
+// up to spareLeases of them, so that a burst of acquires finds them too.
 type spare struct {
 	id   clientv3.LeaseID
 	stop context.CancelFunc
@@ -93,7 +94,11 @@ func NewManager(client *clientv3.Client, opts Options) *Manager {
 	return &Manager{client: client, ttl: ttl, log: log, ctx: ctx, cancel: cancel, owned: map[clientv3.LeaseID]struct{}{}}
 }
 
-// take returns a lease for a new writer record: the spare when there is one
+// spareLeases is how many spares a manager keeps ready. Each costs etcd one
+// lease and a share of the client's keep-alive stream.
+const spareLeases = 4
+
+// take returns a lease for a new writer record: a spare when there is one
 // (its keep-alive stopped, a full keep-alive sent in the background), a new
 // grant otherwise; either way a grant of the next spare starts in the
 // background. fresh reports a lease that was just granted.
@@ -103,8 +108,10 @@ func (m *Manager) take(ctx context.Context) (id clientv3.LeaseID, err error) {
 		m.mu.Unlock()
 		return 0, ErrClosed
 	}
-	sp := m.spare
-	m.spare = nil
+	var sp *spare
+	if n := len(m.spares); n > 0 {
+		sp, m.spares = m.spares[n-1], m.spares[:n-1]
+	}
 	m.fillLocked()
 	m.mu.Unlock()
 	if sp != nil {
@@ -121,29 +128,28 @@ func (m *Manager) take(ctx context.Context) (id clientv3.LeaseID, err error) {
 	return g.ID, nil
 }
 
-// fillLocked starts the grant of a new spare unless one exists or is under
+// fillLocked starts grants of spares until spareLeases exist or are under
 // way. m.mu is held.
 func (m *Manager) fillLocked() {
-	if m.spare != nil || m.filling || m.closed {
-		return
+	for !m.closed && len(m.spares)+m.filling < spareLeases {
+		m.filling++
+		m.background(func(ctx context.Context) {
+			sp, err := m.grantSpare(ctx)
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			m.filling--
+			if err != nil {
+				m.log.Debug("fence: grant of a spare lease failed; an acquire without a spare grants its own", "err", err)
+				return
+			}
+			if m.closed || len(m.spares) >= spareLeases {
+				sp.stop()
+				m.revokeLater(sp.id)
+				return
+			}
+			m.spares = append(m.spares, sp)
+		})
 	}
-	m.filling = true
-	m.background(func(ctx context.Context) {
-		sp, err := m.grantSpare(ctx)
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		m.filling = false
-		if err != nil {
-			m.log.Debug("fence: grant of a spare lease failed; the next acquire grants its own", "err", err)
-			return
-		}
-		if m.closed || m.spare != nil {
-			sp.stop()
-			m.revokeLater(sp.id)
-			return
-		}
-		m.spare = sp
-	})
 }
 
 // grantSpare grants a lease and keeps it alive until its stop is called or
@@ -172,12 +178,12 @@ func (m *Manager) keepSpare(id clientv3.LeaseID) (*spare, error) {
 	return &spare{id: id, stop: stop}, nil
 }
 
-// giveBack makes lease, which an Acquire took but attached nothing to, the
-// spare again when there is none, and revokes it otherwise.
+// giveBack makes lease, which an Acquire took but attached nothing to, a
+// spare again when there is room, and revokes it otherwise.
 func (m *Manager) giveBack(lease clientv3.LeaseID) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.closed || m.spare != nil {
+	if m.closed || len(m.spares) >= spareLeases {
 		m.revokeLater(lease)
 		return
 	}
@@ -186,7 +192,7 @@ func (m *Manager) giveBack(lease clientv3.LeaseID) {
 		m.revokeLater(lease)
 		return
 	}
-	m.spare = sp
+	m.spares = append(m.spares, sp)
 }
 
 // spawn runs fn in a goroutine that Close waits for, unless Close has begun
@@ -242,11 +248,11 @@ func (m *Manager) Close() error {
 	for id := range m.owned {
 		ids = append(ids, id)
 	}
-	if m.spare != nil {
-		m.spare.stop()
-		ids = append(ids, m.spare.id)
-		m.spare = nil
+	for _, sp := range m.spares {
+		sp.stop()
+		ids = append(ids, sp.id)
 	}
+	m.spares = nil
 	m.owned = map[clientv3.LeaseID]struct{}{}
 	m.mu.Unlock()
 	m.cancel()
