@@ -34,6 +34,12 @@ type ClusterConfig struct {
 	PeerProxies bool
 	// TLS, when set, serves clients and peers over TLS.
 	TLS *ServerTLS
+	// Regions, when set, places one member in each region of a simulated
+	// WAN (Size is then len(Regions)): each member gets a peer proxy that
+	// delays what it carries, a client proxy through which the region's
+	// clients reach it, and etcd's timers tuned for the largest round trip
+	// (RegionTimers).
+	Regions []Region
 	// Args are extra flags for every member.
 	Args []string
 	// Logf, when set, receives progress messages.
@@ -54,9 +60,50 @@ type ServerTLS struct {
 	Admin KeyPair
 }
 
+// Region is one region of a simulated WAN on loopback.
+type Region struct {
+	Name string
+	// PeerDelay is the one-way delay of the region's links to the other
+	// regions: the round trip between members in regions X and Y is
+	// PeerDelay(X) + PeerDelay(Y).
+	PeerDelay time.Duration
+	// ClientDelay is the one-way delay between the region's clients and its
+	// member; zero selects 500µs (a round trip of about 1 ms).
+	ClientDelay time.Duration
+}
+
+// RTT returns the configured round trip between members in regions a and b.
+func RTT(a, b Region) time.Duration { return a.PeerDelay + b.PeerDelay }
+
+// RegionTimers returns the heartbeat and election timeout that etcd's tuning
+// guide gives for regions: a heartbeat of about the largest round trip, an
+// election timeout of ten of them (at least etcd's defaults, 100 ms and
+// 1000 ms).
+func RegionTimers(regions []Region) (heartbeat, election time.Duration) {
+	var maxRTT time.Duration
+	for i, a := range regions {
+		for _, b := range regions[i+1:] {
+			maxRTT = max(maxRTT, RTT(a, b))
+		}
+	}
+	heartbeat = max(100*time.Millisecond, maxRTT.Round(10*time.Millisecond))
+	return heartbeat, max(time.Second, 10*heartbeat)
+}
+
+// MinLeaseTTL returns the shortest lease TTL etcd grants with the given
+// election timeout: 1.5 times it, rounded up to whole seconds.
+func MinLeaseTTL(election time.Duration) time.Duration {
+	return (election*3/2 + time.Second - 1).Truncate(time.Second)
+}
+
 // Member is one member of a Cluster.
 type Member struct {
-	Name      string
+	Name string
+	// Region is the member's region, when the cluster has regions.
+	Region Region
+	// RegionURL is where the clients of the member's region reach it:
+	// its client proxy (ClientURL without regions).
+	RegionURL string
 	DataDir   string
 	LogPath   string
 	ClientURL string // where clients reach the member
@@ -65,9 +112,10 @@ type Member struct {
 	PeerURL          string
 	AdvertisePeerURL string
 
-	bin   string
-	args  []string
-	proxy proxy.Server
+	bin         string
+	args        []string
+	proxy       proxy.Server
+	clientProxy proxy.Server // with regions
 
 	mu      sync.Mutex
 	proc    *Process
@@ -124,8 +172,16 @@ func startCluster(ctx context.Context, cfg ClusterConfig, dir string) (*Cluster,
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
+	if len(cfg.Regions) > 0 {
+		cfg.Size, cfg.PeerProxies = len(cfg.Regions), true
+		hb, el := RegionTimers(cfg.Regions)
+		cfg.Args = append([]string{
+			"--heartbeat-interval", fmt.Sprint(hb.Milliseconds()),
+			"--election-timeout", fmt.Sprint(el.Milliseconds()),
+		}, cfg.Args...)
+	}
 	n := cfg.Size
-	ps, err := FreePorts(3 * n)
+	ps, err := FreePorts(4 * n)
 	if err != nil {
 		return nil, err
 	}
@@ -144,14 +200,19 @@ func startCluster(ctx context.Context, cfg ClusterConfig, dir string) (*Cluster,
 		m := &Member{
 			Name:      fmt.Sprintf("m%d", i+1),
 			bin:       cfg.Binary,
-			ClientURL: LoopbackURL(scheme, ps[3*i]),
-			PeerURL:   LoopbackURL(scheme, ps[3*i+1]),
+			ClientURL: LoopbackURL(scheme, ps[4*i]),
+			PeerURL:   LoopbackURL(scheme, ps[4*i+1]),
+		}
+		m.RegionURL = m.ClientURL
+		if len(cfg.Regions) > 0 {
+			m.Region = cfg.Regions[i]
+			m.RegionURL = LoopbackURL(scheme, ps[4*i+3])
 		}
 		m.DataDir = filepath.Join(dir, m.Name+".etcd")
 		m.LogPath = filepath.Join(dir, m.Name+".log")
 		m.AdvertisePeerURL = m.PeerURL
 		if cfg.PeerProxies {
-			m.AdvertisePeerURL = LoopbackURL(scheme, ps[3*i+2])
+			m.AdvertisePeerURL = LoopbackURL(scheme, ps[4*i+2])
 		}
 		initial = append(initial, m.Name+"="+m.AdvertisePeerURL)
 		c.Members = append(c.Members, m)
@@ -179,27 +240,31 @@ func startCluster(ctx context.Context, cfg ClusterConfig, dir string) (*Cluster,
 		}
 		m.args = append(m.args, cfg.Args...)
 		if cfg.PeerProxies {
-			to, _ := url.Parse(m.PeerURL)
-			from, _ := url.Parse(m.AdvertisePeerURL)
-			m.proxy = proxy.NewServer(proxy.ServerConfig{Logger: zap.NewNop(), From: *from, To: *to})
-			select {
-			case <-m.proxy.Ready():
-			case err := <-m.proxy.Error():
+			if m.proxy, err = startProxy(m.AdvertisePeerURL, m.PeerURL); err != nil {
 				c.Close()
 				return nil, fmt.Errorf("harness: peer proxy of %s: %w", m.Name, err)
 			}
-			// The proxy reports every failed dial (while its member is
-			// down) on a small channel and stops accepting once the
-			// channel is full: drain it for the proxy's whole life.
-			go func(p proxy.Server) {
-				for {
-					select {
-					case <-p.Error():
-					case <-p.Done():
-						return
-					}
-				}
-			}(m.proxy)
+			// A member's raft messages to a peer travel on the streams
+			// that the peer dialed to it, that is through its own proxy,
+			// from the member back to the dialer (the proxy's Rx side).
+			// Delaying that side by the region's PeerDelay makes every
+			// message leaving region X take d_X, and a round trip between
+			// X and Y take d_X + d_Y. PeerRTTs measures it.
+			if d := m.Region.PeerDelay; d > 0 {
+				m.proxy.DelayRx(d, 0)
+			}
+		}
+		if len(cfg.Regions) > 0 {
+			if m.clientProxy, err = startProxy(m.RegionURL, m.ClientURL); err != nil {
+				c.Close()
+				return nil, fmt.Errorf("harness: client proxy of %s: %w", m.Name, err)
+			}
+			d := m.Region.ClientDelay
+			if d == 0 {
+				d = 500 * time.Microsecond
+			}
+			m.clientProxy.DelayTx(d, 0)
+			m.clientProxy.DelayRx(d, 0)
 		}
 	}
 	for _, m := range c.Members {
@@ -234,6 +299,32 @@ func (m *Member) start() error {
 	}
 	m.proc, m.stopped = p, false
 	return nil
+}
+
+// startProxy starts a TCP proxy (go.etcd.io/etcd/pkg/v3/proxy) from one URL
+// to another.
+func startProxy(fromURL, toURL string) (proxy.Server, error) {
+	to, _ := url.Parse(toURL)
+	from, _ := url.Parse(fromURL)
+	p := proxy.NewServer(proxy.ServerConfig{Logger: zap.NewNop(), From: *from, To: *to})
+	select {
+	case <-p.Ready():
+	case err := <-p.Error():
+		return nil, err
+	}
+	// The proxy reports every failed dial (while its target is down) on a
+	// small channel and stops accepting once the channel is full: drain it
+	// for the proxy's whole life.
+	go func() {
+		for {
+			select {
+			case <-p.Error():
+			case <-p.Done():
+				return
+			}
+		}
+	}()
+	return p, nil
 }
 
 // Running reports whether the member's process is running.
@@ -350,6 +441,9 @@ func (c *Cluster) stop(how func(*Member)) {
 	for _, m := range c.Members {
 		if m.proxy != nil {
 			m.proxy.Close()
+		}
+		if m.clientProxy != nil {
+			m.clientProxy.Close()
 		}
 	}
 }
