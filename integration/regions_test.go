@@ -2,12 +2,16 @@ package integration
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/etcdstore"
 	"github.com/cairnstore/cairn/integration/internal/harness"
 )
 
@@ -113,4 +117,165 @@ func median(t *testing.T, n int, fn func() error) time.Duration {
 	}
 	slices.Sort(ds)
 	return ds[n/2]
+}
+
+// moveLeaderTo makes m the leader (etcdctl move-leader), through a client of
+// the current leader.
+func moveLeaderTo(t *testing.T, ctx context.Context, c *harness.Cluster, m *harness.Member) {
+	t.Helper()
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if leader == m {
+		return
+	}
+	var id uint64
+	for _, st := range c.Statuses(ctx) {
+		if st.Member == m {
+			id = st.ID
+		}
+	}
+	cli, err := c.Client(leader.ClientURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	if _, err := cli.MoveLeader(ctx, id); err != nil {
+		t.Fatalf("move the leader from %s to %s: %v", leader.Name, m.Name, err)
+	}
+	if err := c.WaitHealthy(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRegionCutOff blackholes region C's member while writers run in every
+// region. C's writes fail within their deadline and never report success; A
+// and B keep appending; a writer in A takes over C's thread once its lease
+// expired (by A's clock; C's record's etcd lease also ends on the leader's
+// timer, since C's keep-alives cannot reach it); after the heal, the old
+// holder's fenced writes are refused, nothing acknowledged is lost, and
+// Verify is clean.
+func TestRegionCutOff(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-region cluster")
+	}
+	c := startRegions(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	moveLeaderTo(t, ctx, c, c.RegionOf("A"))
+	_, el := harness.RegionTimers(harness.ThreeRegions)
+	lease := 3 * harness.MinLeaseTTL(el) // writers in A and B renew before each append
+	stores := map[string]*etcdstore.Store{}
+	for _, r := range []string{"A", "B", "C"} {
+		cli, err := c.Client(c.RegionOf(r).RegionURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cli.Close() })
+		s, err := etcdstore.New(cli, "regions/", etcdstore.Options{Options: cairn.Options{LeaseDuration: lease, RenewAfter: lease / 3}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		stores[r] = s
+	}
+	acked := map[string][]string{} // thread -> acknowledged appends, in order
+	appendOn := func(s *etcdstore.Store, l *cairn.Lease, thread, id string, timeout time.Duration) error {
+		actx, acancel := context.WithTimeout(ctx, timeout)
+		defer acancel()
+		head, err := s.GetHead(actx, thread)
+		if err != nil {
+			return err
+		}
+		_, err = s.Append(actx, cairn.AppendInput{Writer: l.Writer, ExpectedHeadID: head, Checkpoint: cairn.Checkpoint{
+			ID: id, ThreadID: thread, ParentCheckpointID: head, CreatedAt: cairn.SystemClock(),
+			Reason: cairn.ReasonAutomatic, Conversation: []byte(`[]`)}})
+		if err == nil {
+			acked[thread] = append(acked[thread], id)
+		}
+		return err
+	}
+	leases := map[string]*cairn.Lease{}
+	for _, r := range []string{"A", "B", "C"} {
+		l, err := stores[r].AcquireWriter(ctx, "t"+r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases[r] = l
+		if err := appendOn(stores[r], l, "t"+r, r+"-0", 10*time.Second); err != nil {
+			t.Fatalf("append in region %s before the cut: %v", r, err)
+		}
+	}
+
+	cut := c.RegionOf("C")
+	cut.Blackhole()
+	t.Logf("region C (%s) blackholed", cut.Name)
+	start := time.Now()
+	err := appendOn(stores["C"], leases["C"], "tC", "C-1", 5*time.Second)
+	if err == nil {
+		t.Fatal("an append in the cut-off region reported success")
+	}
+	t.Logf("region C's append failed after %v: %v", time.Since(start).Round(time.Millisecond), err)
+	for _, r := range []string{"A", "B"} {
+		for i := 1; i <= 3; i++ {
+			if _, err := leases[r].Renew(ctx); err != nil {
+				t.Fatalf("renew in region %s while C is cut off: %v", r, err)
+			}
+			if err := appendOn(stores[r], leases[r], "t"+r, fmt.Sprintf("%s-%d", r, i), 10*time.Second); err != nil {
+				t.Fatalf("append %d in region %s while C is cut off: %v", i, r, err)
+			}
+		}
+	}
+	// A takes C's thread over once the lease expired by A's clock.
+	var taken *cairn.Lease
+	for deadline := time.Now().Add(lease + 30*time.Second); taken == nil; {
+		l, err := stores["A"].AcquireWriter(ctx, "tC")
+		switch {
+		case err == nil:
+			taken = l
+		case errors.Is(err, cairn.ErrWriterConflict) && time.Now().Before(deadline):
+			time.Sleep(250 * time.Millisecond)
+		default:
+			t.Fatalf("takeover of C's thread from A: %v", err)
+		}
+	}
+	t.Logf("A took C's thread over %v after the cut (lease %v)", time.Since(start).Round(time.Millisecond), lease)
+	if err := appendOn(stores["A"], taken, "tC", "A-on-C", 10*time.Second); err != nil {
+		t.Fatalf("append on C's thread by its new holder: %v", err)
+	}
+
+	cut.Unblackhole()
+	if err := c.WaitHealthy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("region C healed")
+	if err := appendOn(stores["C"], leases["C"], "tC", "C-2", 10*time.Second); !errors.Is(err, cairn.ErrWriterLost) {
+		t.Fatalf("the replaced holder's append after the heal = %v; want WRITER_LOST", err)
+	}
+	// Nothing acknowledged is lost, as every region reads it.
+	for _, r := range []string{"A", "B", "C"} {
+		for thread, ids := range acked {
+			got, err := stores[r].List(ctx, thread)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var have []string
+			for _, cp := range got {
+				have = append(have, cp.ID)
+			}
+			for _, id := range ids {
+				if !slices.Contains(have, id) {
+					t.Errorf("region %s: acknowledged checkpoint %s of %s is missing (have %v)", r, id, thread, have)
+				}
+			}
+		}
+	}
+	rep, err := stores["B"].Verify(ctx, etcdstore.VerifyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Problems) != 0 {
+		t.Errorf("Verify after the heal: %+v", rep.Problems)
+	}
 }
