@@ -25,6 +25,7 @@ import (
 
 	"github.com/cairnstore/cairn/bucket"
 	"github.com/cairnstore/cairn/etcdstore"
+	"github.com/cairnstore/cairn/internal/buildinfo"
 	"github.com/cairnstore/cairn/internal/cli"
 	"github.com/cairnstore/cairn/internal/devstack"
 	"github.com/cairnstore/cairn/internal/server"
@@ -274,7 +275,8 @@ func run(cfg Config, log *slog.Logger, e Env) error {
 		log.Warn("no --s3-bucket: checkpoints are kept in etcd only (version 1); a store that holds version-2 checkpoints cannot be read without the bucket")
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildinfo.Collector("cairnd"))
 	srv, err := server.New(server.Config{
 		Client: client, Tenants: tenants, Store: opts, Logger: log,
 		RequestTimeout: cfg.RequestTimeout, MaxRequestBytes: cfg.MaxRequestBytes,
