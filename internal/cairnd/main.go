@@ -113,6 +113,19 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Config, er
 	s.StringVar(&c.DevData, "dev-data", c.DevData, "data directory of --dev (default: a new temporary directory, deleted at exit)")
 	s.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")
 	s.Var(cli.Level{L: &c.LogLevel}, "log-level", "debug, info, warn or error")
+	s.Usage = func() {
+		fmt.Fprintf(out, `Usage: cairnd --tokens-file=FILE [flags]
+       cairnd --dev [flags]
+       cairnd hash-token TOKEN
+
+Serves the checkpoint store contract over Connect, one store per tenant.
+Every flag falls back to an environment variable: --etcd-endpoints to %s,
+and so on.
+
+Flags:
+`, cli.EnvName("etcd-endpoints"))
+		s.PrintFlags(out)
+	}
 	if err := s.Parse(args, getenv); err != nil {
 		return c, err
 	}
