@@ -3,13 +3,14 @@ package docs
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/cairnstore/cairn/internal/helpflags"
 )
 
 // root is the module root, relative to this package.
@@ -266,15 +267,7 @@ func built(t *testing.T) string {
 		if buildErr != nil {
 			return
 		}
-		args := []string{"build", "-o", binDir + string(os.PathSeparator)}
-		for _, b := range binaries {
-			args = append(args, "./cmd/"+b)
-		}
-		cmd := exec.Command("go", args...)
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
+		buildErr = helpflags.Build(binDir, binaries...)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
@@ -294,13 +287,11 @@ func TestMain(m *testing.M) {
 // exit status must be 0.
 func helpOf(t *testing.T, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(built(t), args[0]), args[1:]...)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
-	out, err := cmd.CombinedOutput()
+	out, err := helpflags.Help(filepath.Join(built(t), args[0]), args[1:]...)
 	if err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+		t.Fatal(err)
 	}
-	return string(out)
+	return out
 }
 
 func TestEveryBinaryAnswersVersion(t *testing.T) {

@@ -7,26 +7,26 @@
 //	<!-- end flags -->
 //
 // with a table of the flags that command line prints (each flag with its
-// environment variables, its default and its meaning). The help text is the
-// format of internal/cli's Set.PrintFlags; the flags of the first "Flags:"
-// section are taken, or of the section the marker names after a "|", as in
+// environment variables, its default and its meaning), read by package
+// helpflags: the flags of the first "Flags:" section, or of the section the
+// marker names after a "|", as in
 // <!-- flags: cairn capture --help | Store flags -->.
 //
 // Run it as go generate ./docs, or go run ./internal/flagdoc from the module
-// root. With -check it changes nothing and exits 1 when a
-// table is stale, which make lint runs.
+// root. With -check it changes nothing and exits 1 when a table is stale,
+// which make lint runs.
 package main
 
 import (
-	"bytes"
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/cairnstore/cairn/internal/helpflags"
 )
 
 // binaries are the commands a marker may run.
@@ -52,34 +52,14 @@ func run(dir string, check bool) error {
 		return err
 	}
 	defer os.RemoveAll(bin)
-	args := []string{"build", "-o", bin + string(os.PathSeparator)}
-	for _, b := range binaries {
-		args = append(args, "./cmd/"+b)
-	}
-	gomod, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return fmt.Errorf("go env GOMOD: %w", err)
-	}
-	build := exec.Command("go", args...)
-	build.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return fmt.Errorf("go build: %w", err)
+	if err := helpflags.Build(bin, binaries...); err != nil {
+		return err
 	}
 	help := func(cmdline []string) (string, error) {
 		if !slices.Contains(binaries, cmdline[0]) {
 			return "", fmt.Errorf("%q is not one of %v", cmdline[0], binaries)
 		}
-		c := exec.Command(filepath.Join(bin, cmdline[0]), cmdline[1:]...)
-		// Defaults under the user's cache directory print as ~/.cache, the
-		// same on every machine; no CAIRN_ variable changes a default.
-		c.Env = []string{"HOME=/nonexistent", "XDG_CACHE_HOME=~/.cache", "PATH=" + os.Getenv("PATH")}
-		var out bytes.Buffer
-		c.Stdout, c.Stderr = &out, &out
-		if err := c.Run(); err != nil {
-			return "", fmt.Errorf("%s: %w\n%s", strings.Join(cmdline, " "), err, out.String())
-		}
-		return out.String(), nil
+		return helpflags.Help(filepath.Join(bin, cmdline[0]), cmdline[1:]...)
 	}
 	var stale []string
 	for _, f := range files {
@@ -121,8 +101,8 @@ func Rewrite(doc string, help func(cmdline []string) (string, error)) (string, e
 		m := marker.FindStringSubmatch(block)
 		text, err := help(strings.Fields(m[1]))
 		if err == nil {
-			var flags []Flag
-			flags, err = Parse(text, m[2])
+			var flags []helpflags.Flag
+			flags, err = helpflags.Parse(text, m[2])
 			if err == nil {
 				return m[0][:strings.Index(m[0], "-->")+3] + "\n" + Table(flags) + "<!-- end flags -->"
 			}
@@ -135,73 +115,8 @@ func Rewrite(doc string, help func(cmdline []string) (string, error)) (string, e
 	return out, firstErr
 }
 
-// Flag is one flag of a help text.
-type Flag struct {
-	Name, Usage, Default string
-	Env                  []string
-}
-
-// Parse reads the flags of the named section of a help text in the format of
-// cli.Set.PrintFlags ("  --name" then "    \tusage (default D) [VARS]");
-// an empty section means the first section headed "Flags:", or the whole text
-// when it has no heading.
-func Parse(text, section string) ([]Flag, error) {
-	lines := strings.Split(text, "\n")
-	start := 0
-	want := section
-	if want == "" {
-		want = "Flags"
-	}
-	found := false
-	for i, l := range lines {
-		if strings.HasPrefix(l, want) && strings.HasSuffix(l, ":") {
-			start, found = i+1, true
-			break
-		}
-	}
-	if !found && section != "" {
-		return nil, fmt.Errorf("no section %q in the help", section)
-	}
-	var flags []Flag
-	for i := start; i < len(lines); i++ {
-		l := lines[i]
-		if l == "" || !strings.HasPrefix(l, " ") {
-			if len(flags) > 0 {
-				break
-			}
-			continue
-		}
-		name, ok := strings.CutPrefix(l, "  --")
-		if !ok || strings.ContainsAny(name, " \t") {
-			return nil, fmt.Errorf("line %d %q: want \"  --name\"", i+1, l)
-		}
-		if i+1 >= len(lines) || !strings.HasPrefix(lines[i+1], "    \t") {
-			return nil, fmt.Errorf("flag --%s has no usage line", name)
-		}
-		i++
-		f := Flag{Name: name, Usage: strings.TrimPrefix(lines[i], "    \t")}
-		if strings.HasSuffix(f.Usage, "]") {
-			if j := strings.LastIndex(f.Usage, " ["); j >= 0 {
-				f.Env = strings.Split(f.Usage[j+2:len(f.Usage)-1], ", ")
-				f.Usage = f.Usage[:j]
-			}
-		}
-		if strings.HasSuffix(f.Usage, ")") {
-			if j := strings.LastIndex(f.Usage, " (default "); j >= 0 {
-				f.Default = f.Usage[j+len(" (default ") : len(f.Usage)-1]
-				f.Usage = f.Usage[:j]
-			}
-		}
-		flags = append(flags, f)
-	}
-	if len(flags) == 0 {
-		return nil, fmt.Errorf("the help lists no flags")
-	}
-	return flags, nil
-}
-
 // Table renders flags as a Markdown table.
-func Table(flags []Flag) string {
+func Table(flags []helpflags.Flag) string {
 	var b strings.Builder
 	b.WriteString("| Flag | Environment | Default | Meaning |\n| --- | --- | --- | --- |\n")
 	code := func(s string) string {
