@@ -231,5 +231,13 @@ ts-bench: $(BIN)/versitygw $(NODE_MODULES)
 	$(GO) build -o $(BIN)/cairn-bench ./cmd/cairn-bench
 	$(BIN)/cairn-bench -v -versitygw $(BIN)/versitygw -only B10 $(if $(QUICK),-quick) -b10-cmd "node clients/typescript/dist/bench/append.js"
 
+## release: cairn, cairnd and sweeper for linux/amd64, linux/arm64 and
+## darwin/arm64 (-trimpath, version and revision stamped; VERSION defaults to
+## git describe), packed with SHA256SUMS into dist/VERSION (git ignores
+## dist/); then the Dockerfile's images (IMAGE_REPO/cairnd, IMAGE_REPO/sweeper)
+## when a docker daemon answers, else a message that they were skipped.
+release:
+	GO=$(GO) bash scripts/release.sh
+
 clean:
 	rm -rf $(BIN)
