@@ -16,7 +16,7 @@ STATICCHECK_VERSION := v0.8.2
 
 FUZZTIME ?= 10s
 
-.PHONY: all test unit lint fuzz tools proto proto-check debian-etcd integration campaign cluster demo bench clean ts ts-bench test-contended
+.PHONY: all test unit lint docs docs-check release fuzz tools proto proto-check debian-etcd integration campaign cluster demo bench clean ts ts-bench test-contended
 
 # testsum counts the events of go test -json: every test target ends with one
 # line, N passed, N failed (, N skipped), and shows the whole output of what
@@ -58,12 +58,23 @@ FUZZWORK := $(BIN)/fuzzwork
 
 all: lint test
 
-## lint: gofmt, go vet and staticcheck must be clean, and gen/ fresh.
+## lint: gofmt, go vet and staticcheck must be clean, and gen/ and the
+## manual's flag tables fresh.
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	$(MAKE) --no-print-directory proto-check
+	$(MAKE) --no-print-directory docs-check
+
+## docs: regenerate the flag tables of docs/ from the binaries' --help
+## (go generate ./docs).
+docs:
+	$(GO) generate ./docs
+
+## docs-check: fail when a flag table of docs/ is stale against --help.
+docs-check:
+	$(GO) run ./internal/flagdoc -check
 
 ## proto: regenerate the Go code of the Connect API (gen/) from proto/.
 proto: $(PROTO_TOOLS)
@@ -222,6 +233,14 @@ ts-bench: $(BIN)/versitygw $(NODE_MODULES)
 	cd clients/typescript && npm run build
 	$(GO) build -o $(BIN)/cairn-bench ./cmd/cairn-bench
 	$(BIN)/cairn-bench -v -versitygw $(BIN)/versitygw -only B10 $(if $(QUICK),-quick) -b10-cmd "node clients/typescript/dist/bench/append.js"
+
+## release: cairn, cairnd and sweeper for linux/amd64, linux/arm64 and
+## darwin/arm64 (-trimpath, version and revision stamped; VERSION defaults to
+## git describe), packed with SHA256SUMS into dist/VERSION (git ignores
+## dist/); then the Dockerfile's images (IMAGE_REPO/cairnd, IMAGE_REPO/sweeper)
+## when a docker daemon answers, else a message that they were skipped.
+release:
+	GO=$(GO) bash scripts/release.sh
 
 clean:
 	rm -rf $(BIN)

@@ -15,10 +15,15 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/cairnstore/cairn/internal/buildinfo"
 	"github.com/cairnstore/cairn/internal/demo"
 )
 
 func main() {
+	if buildinfo.IsVersionFlag(os.Args[1:]) {
+		buildinfo.Print(os.Stdout, "cairn-demo")
+		return
+	}
 	var opts demo.Options
 	verbose := flag.Bool("v", false, "log the sweeper's run to stderr")
 	flag.StringVar(&opts.Workspace, "workspace", "", "directory to capture (default testdata/demo-workspace)")

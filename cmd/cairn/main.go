@@ -18,6 +18,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/internal/buildinfo"
 	"github.com/cairnstore/cairn/snapshot"
 )
 
@@ -63,6 +64,9 @@ func run(p proc) int {
 	}
 	name := p.args[0]
 	switch name {
+	case "-version", "--version":
+		buildinfo.Print(p.stdout, "cairn")
+		return exitOK
 	case "-h", "-help", "--help", "help":
 		if name == "help" && len(p.args) > 1 {
 			return run(proc{args: []string{p.args[1], "--help"}, getenv: p.getenv, stdout: p.stdout, stderr: p.stderr})
@@ -153,7 +157,8 @@ these variables for a local store:
   eval "$(cairn dev --print-env)"
   cairn capture --thread t1 ./workspace
 
-Run 'cairn COMMAND --help' for a command's flags and an example.
+Run 'cairn COMMAND --help' for a command's flags and an example, and
+'cairn --version' for the build.
 
 Exit codes:
   0    done

@@ -6,8 +6,9 @@
 // under an etcd lock.
 //
 // Run it from cron with --once, whose exit code tells the outcome, or as a
-// daemon with --interval. See the README or sweeper --help for the flags,
-// their environment variables, the exit codes and the metrics.
+// daemon with --interval; sweeper --version prints its build. See
+// docs/sweeper.md or sweeper --help for the flags,
+// for their environment variables, the exit codes and the metrics.
 package main
 
 import (
@@ -15,10 +16,15 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/cairnstore/cairn/internal/buildinfo"
 	"github.com/cairnstore/cairn/internal/sidecar"
 )
 
 func main() {
+	if buildinfo.IsVersionFlag(os.Args[1:]) {
+		buildinfo.Print(os.Stdout, "sweeper")
+		return
+	}
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, syscall.SIGTERM, os.Interrupt)
 	os.Exit(sidecar.Main(sidecar.Env{

@@ -25,6 +25,7 @@ import (
 
 	"github.com/cairnstore/cairn/bucket"
 	"github.com/cairnstore/cairn/etcdstore"
+	"github.com/cairnstore/cairn/internal/buildinfo"
 	"github.com/cairnstore/cairn/internal/cli"
 	"github.com/cairnstore/cairn/internal/devstack"
 	"github.com/cairnstore/cairn/internal/server"
@@ -112,6 +113,19 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Config, er
 	s.StringVar(&c.DevData, "dev-data", c.DevData, "data directory of --dev (default: a new temporary directory, deleted at exit)")
 	s.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")
 	s.Var(cli.Level{L: &c.LogLevel}, "log-level", "debug, info, warn or error")
+	s.Usage = func() {
+		fmt.Fprintf(out, `Usage: cairnd --tokens-file=FILE [flags]
+       cairnd --dev [flags]
+       cairnd hash-token TOKEN
+
+Serves the checkpoint store contract over Connect, one store per tenant.
+Every flag falls back to an environment variable: --etcd-endpoints to %s,
+and so on.
+
+Flags:
+`, cli.EnvName("etcd-endpoints"))
+		s.PrintFlags(out)
+	}
 	if err := s.Parse(args, getenv); err != nil {
 		return c, err
 	}
@@ -274,7 +288,8 @@ func run(cfg Config, log *slog.Logger, e Env) error {
 		log.Warn("no --s3-bucket: checkpoints are kept in etcd only (version 1); a store that holds version-2 checkpoints cannot be read without the bucket")
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildinfo.Collector("cairnd"))
 	srv, err := server.New(server.Config{
 		Client: client, Tenants: tenants, Store: opts, Logger: log,
 		RequestTimeout: cfg.RequestTimeout, MaxRequestBytes: cfg.MaxRequestBytes,
