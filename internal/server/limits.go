@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"slices"
 
 	"connectrpc.com/connect"
 
@@ -36,6 +37,19 @@ var largeProcedures = []string{
 	cairnv1connect.BlobCollectorServiceBeginBlobDeletesProcedure,
 	cairnv1connect.BlobCollectorServiceEndBlobDeletesProcedure,
 	cairnv1connect.BlobCollectorServiceDropBlobRecordsProcedure,
+}
+
+// LargeProcedure reports whether procedure (as "/cairn.v1.Service/Method")
+// is one whose request Config.MaxRequestBytes bounds; every other
+// procedure's is bounded by SmallRequestBytes.
+func LargeProcedure(procedure string) bool { return slices.Contains(largeProcedures, procedure) }
+
+// RequestLimit returns the largest request of procedure the server reads.
+func (srv *Server) RequestLimit(procedure string) int {
+	if LargeProcedure(procedure) {
+		return srv.maxBytes
+	}
+	return SmallRequestBytes
 }
 
 // mountServices mounts every service on mux twice over: under the service's
