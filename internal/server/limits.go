@@ -102,9 +102,13 @@ func newRequestID() string {
 // turns every error into the answer the client gets (see answer).
 type requestIDs struct{ srv *Server }
 
+// requestIDKey is the context key of the request's id.
+type requestIDKey struct{}
+
 func (r requestIDs) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		id := newRequestID()
+		ctx = context.WithValue(ctx, requestIDKey{}, id)
 		res, err := next(ctx, req)
 		if err != nil {
 			return nil, r.srv.answer(ctx, id, req.Spec().Procedure, err)
@@ -121,6 +125,7 @@ func (r requestIDs) WrapStreamingClient(next connect.StreamingClientFunc) connec
 func (r requestIDs) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
 		id := newRequestID()
+		ctx = context.WithValue(ctx, requestIDKey{}, id)
 		conn.ResponseHeader().Set(RequestIDHeader, id)
 		if err := next(ctx, conn); err != nil {
 			return r.srv.answer(ctx, id, conn.Spec().Procedure, err)
@@ -154,6 +159,8 @@ func (srv *Server) answer(ctx context.Context, id, procedure string, err error) 
 // recovered is the answer to a handler's panic: an error that answer turns
 // into INTERNAL with the request's id, once the stack is logged.
 func (srv *Server) recovered(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {
-	srv.log.ErrorContext(ctx, "panic", slog.String("procedure", spec.Procedure), slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
+	id, _ := ctx.Value(requestIDKey{}).(string)
+	srv.log.ErrorContext(ctx, "panic", slog.String("request_id", id), slog.String("procedure", spec.Procedure),
+		slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
 	return connect.NewError(connect.CodeInternal, fmt.Errorf("panic: %v", p))
 }
