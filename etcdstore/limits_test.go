@@ -236,6 +236,15 @@ func TestOversizeInputsGetCodedErrors(t *testing.T) {
 			})
 		}
 	}
+	// A cursor of any length lists the threads after it.
+	for _, c := range []struct {
+		after string
+		want  int
+	}{{strings.Repeat("m", 3<<20), 0}, {"m" + strings.Repeat("\x00", 3<<20), 1}, {strings.Repeat("l", 3<<20), 1}} {
+		if got, err := s.ListThreads(ctx, c.after, 0); err != nil || len(got) != c.want {
+			t.Errorf("ListThreads after %.8q… of %d bytes = %q, %v; want %d threads", c.after, len(c.after), got, shorten(err), c.want)
+		}
+	}
 	if h, err := s.GetHead(ctx, "main"); err != nil || h != "c1" {
 		t.Errorf("GetHead(main) = %q, %v after the refused calls, want c1", h, err)
 	}
