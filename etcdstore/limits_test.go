@@ -224,6 +224,10 @@ func TestOversizeInputsGetCodedErrors(t *testing.T) {
 				_, err := s.DeleteThread(ctx, cairn.DeleteThreadInput{ThreadID: "main", Writer: badToken})
 				return err
 			}},
+			{"ClaimBlobsToken", cairn.ErrWriterLost, func() error {
+				_, err := s.ClaimBlobs(ctx, badToken, []string{fileKey("k")})
+				return err
+			}},
 			{"InstanceKey", cairn.ErrInvalidID, func() error { _, err := s.Instances().Get(ctx, huge); return err }},
 			{"InstanceField", cairn.ErrInvalidEntry, func() error {
 				return s.Instances().Upsert(ctx, cairn.InstanceRecord{Key: "k", Provider: huge})
