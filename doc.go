@@ -30,6 +30,23 @@
 // CheckAppendInput, AppendView.Check and their siblings encode these orders so
 // that every implementation shares one copy of them.
 //
+// # Bounds
+//
+// Upstream puts no bound on the length of an identifier or a name; this
+// module does, on purpose, as it maps lone surrogates to invalid UTF-8:
+// identifiers (thread, checkpoint, parent, expected-head and fork ids, a
+// writer's thread, an instance key) are at most MaxIDBytes (1024) bytes,
+// reasons, labels, run ids, artifact ids, names and MIME types and an
+// instance record's other fields at most MaxNameBytes (1024), entry paths at
+// most MaxPathBytes (4096), and an owner token longer than
+// MaxOwnerTokenBytes (1024) can match no lease. Each is checked where the
+// contract checks its field (ValidateID, CheckCheckpointContent,
+// ValidateArtifacts, CheckOwnerToken, ValidateInstanceRecord), so a value
+// past its bound fails with ErrInvalidID, ErrInvalidEntry or ErrWriterLost
+// in the contract's order, naming the field and the bound, whatever the
+// store. With every field within its bound, every write of etcdstore fits
+// etcd's default limits; docs/limits.md gives the arithmetic.
+//
 // # Null
 //
 // The empty string stands for JavaScript null: a root checkpoint has

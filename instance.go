@@ -22,6 +22,9 @@ func (m *MemoryInstanceStore) Get(ctx context.Context, key string) (*InstanceRec
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if err := ValidateInstanceKey(key); err != nil {
+		return nil, err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	rec, ok := m.records[key]
@@ -36,6 +39,9 @@ func (m *MemoryInstanceStore) Upsert(ctx context.Context, rec InstanceRecord) er
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if err := ValidateInstanceRecord(&rec); err != nil {
+		return err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.records == nil {
@@ -48,6 +54,9 @@ func (m *MemoryInstanceStore) Upsert(ctx context.Context, rec InstanceRecord) er
 // Delete implements InstanceStore.
 func (m *MemoryInstanceStore) Delete(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := ValidateInstanceKey(key); err != nil {
 		return err
 	}
 	m.mu.Lock()

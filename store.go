@@ -156,7 +156,10 @@ type InstanceRecord struct {
 	UpdatedAt         float64 `json:"updatedAt"` // milliseconds since the Unix epoch
 }
 
-// InstanceStore keeps one InstanceRecord per key. No field is validated.
+// InstanceStore keeps one InstanceRecord per key. No field is validated
+// beyond this module's bounds (ValidateInstanceRecord): a key longer than
+// MaxIDBytes gives ErrInvalidID in every method, another field longer than
+// MaxNameBytes gives ErrInvalidEntry in Upsert, and nothing changes.
 type InstanceStore interface {
 	// Get returns the record of key, or nil without error when there is none.
 	Get(ctx context.Context, key string) (*InstanceRecord, error)

@@ -9,12 +9,16 @@ import (
 	"github.com/cairnstore/cairn/internal/hexdigest"
 )
 
-// ValidateID returns ErrInvalidID unless s is a valid identifier: non-empty and
-// valid UTF-8. NUL, '/' and spaces are allowed; there is no length limit and no
-// normalisation. what names the identifier in the message.
+// ValidateID returns ErrInvalidID unless s is a valid identifier: non-empty,
+// at most MaxIDBytes long and valid UTF-8. NUL, '/' and spaces are allowed;
+// there is no normalisation. The length bound is this module's, not
+// upstream's (see MaxIDBytes). what names the identifier in the message.
 func ValidateID(s, what string) error {
 	if s == "" {
 		return NewError(CodeInvalidID, "%s must be a non-empty string", what)
+	}
+	if len(s) > MaxIDBytes {
+		return tooLong(CodeInvalidID, what, len(s), MaxIDBytes)
 	}
 	if !utf8.ValidString(s) {
 		return NewError(CodeInvalidID, "%s must be well-formed Unicode", what)
@@ -26,7 +30,9 @@ func ValidateID(s, what string) error {
 // the store requires of entry paths: non-empty; no NUL and no backslash; no
 // leading '/'; no drive prefix followed by a separator or the end ("C:" and
 // "C:/x" are rejected, "C:foo" is accepted); and no empty, "." or ".."
-// segment. Paths are not checked for valid UTF-8.
+// segment. Paths are not checked for valid UTF-8. ValidatePath does not
+// check the length; ValidateEntries also refuses a path longer than
+// MaxPathBytes.
 func ValidatePath(p string) bool {
 	if p == "" || p[0] == '/' {
 		return false
@@ -111,8 +117,8 @@ func ValidateCreatedAt(f float64, what string) error {
 }
 
 // ValidateEntries checks a checkpoint's files in order and returns
-// ErrInvalidEntry for the first invalid entry: a path that is not normalized
-// (ValidatePath), a duplicate path, an entry beneath a file, a file that is an
+// ErrInvalidEntry for the first invalid entry: a path longer than
+// MaxPathBytes or not normalized (ValidatePath), a duplicate path, an entry beneath a file, a file that is an
 // ancestor of an earlier entry, a file without a valid blob key or size, a
 // directory with file fields, or an unknown kind. Together the two ancestor
 // rules mean that no entry may have a file as a proper ancestor, whatever the
@@ -162,7 +168,7 @@ func validateSortedEntries(files []Entry, ds [][32]byte) (int, error) {
 	open := chain[:0]
 	for i := range files {
 		e := &files[i]
-		if e.decodeProblem != "" || !ValidatePath(e.Path) || i > 0 && e.Path <= files[i-1].Path {
+		if e.decodeProblem != "" || len(e.Path) > MaxPathBytes || !ValidatePath(e.Path) || i > 0 && e.Path <= files[i-1].Path {
 			return i, nil // the map reports the problem, or takes over
 		}
 		for len(open) > 0 && !openTo(open[len(open)-1], e.Path) {
@@ -232,6 +238,9 @@ func validateEntriesFrom(files []Entry, from int) error {
 		e := &files[i]
 		if e.decodeProblem != "" {
 			return NewError(CodeInvalidEntry, "%s", e.decodeProblem)
+		}
+		if len(e.Path) > MaxPathBytes {
+			return tooLong(CodeInvalidEntry, "entry path", len(e.Path), MaxPathBytes)
 		}
 		if !ValidatePath(e.Path) {
 			return NewError(CodeInvalidEntry, "entry path %q must be a normalized workspace-relative path", e.Path)
@@ -307,8 +316,8 @@ func nextSlash(s string, after int) int {
 }
 
 // ValidateArtifacts returns ErrInvalidEntry for the first artifact with an
-// invalid field: an artifactId that is empty or not valid UTF-8, an empty name
-// or mimeType, a blob key not of the form sandbox-artifacts/sha256/<64 hex
+// invalid field: an artifactId, name or mimeType longer than MaxNameBytes, an
+// artifactId that is empty or not valid UTF-8, an empty name or mimeType, a blob key not of the form sandbox-artifacts/sha256/<64 hex
 // digits>, a size that is not a non-negative safe integer, or a createdAt that
 // is not finite. Duplicate artifact ids and keys are allowed.
 func ValidateArtifacts(artifacts []Artifact) error {
@@ -316,6 +325,13 @@ func ValidateArtifacts(artifacts []Artifact) error {
 		a := &artifacts[i]
 		if a.decodeProblem != "" {
 			return NewError(CodeInvalidEntry, "%s", a.decodeProblem)
+		}
+		for _, f := range []struct{ v, what string }{
+			{a.ArtifactID, "artifact artifactId"}, {a.Name, "artifact name"}, {a.MimeType, "artifact mimeType"},
+		} {
+			if err := validateName(f.v, f.what); err != nil {
+				return err
+			}
 		}
 		if a.ArtifactID == "" || !utf8.ValidString(a.ArtifactID) || a.Name == "" || a.MimeType == "" ||
 			!IsArtifactBlobKey(a.BlobKey) || !isSafeSize(a.Size) || !isFinite(a.CreatedAt) {
@@ -334,11 +350,25 @@ func ValidateConversation(conv json.RawMessage) error {
 	return nil
 }
 
+// ValidateCheckpointNames returns ErrInvalidEntry when c's reason, label or
+// sourceRunId, in that order, is longer than MaxNameBytes. Upstream never
+// validates them; the bound is this module's.
+func ValidateCheckpointNames(c *Checkpoint) error {
+	for _, f := range []struct{ v, what string }{
+		{c.Reason, "checkpoint reason"}, {c.Label, "checkpoint label"}, {c.SourceRunID, "checkpoint sourceRunId"},
+	} {
+		if err := validateName(f.v, f.what); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // CheckAppendInput runs, in the contract's order, every check of Append that
 // needs no store state: the identifiers of the checkpoint, the writer, the
 // expected head and the parent (ErrInvalidID); the writer's thread
-// (ErrWriterLost); then createdAt, files, artifacts and conversation
-// (ErrInvalidEntry). A store calls it first, then checks the live state with
+// (ErrWriterLost); then createdAt, reason, label and sourceRunId, files,
+// artifacts and conversation (ErrInvalidEntry). A store calls it first, then checks the live state with
 // AppendView.Check atomically with its write.
 func CheckAppendInput(in *AppendInput) error { return checkAppendInput(in, nil) }
 
@@ -398,12 +428,17 @@ func resize[T any](s []T, n int) []T {
 	return s[:n]
 }
 
-// CheckCheckpointContent checks createdAt, files, artifacts and conversation,
-// in that order, and returns ErrInvalidEntry for the first that is invalid.
+// CheckCheckpointContent checks createdAt, the lengths of reason, label and
+// sourceRunId (at most MaxNameBytes each), files, artifacts and
+// conversation, in that order, and returns ErrInvalidEntry for the first
+// that is invalid.
 func CheckCheckpointContent(c *Checkpoint) error { return checkContent(c, nil) }
 
 func checkContent(c *Checkpoint, d *BlobDigests) error {
 	if err := ValidateCreatedAt(c.CreatedAt, "checkpoint createdAt"); err != nil {
+		return err
+	}
+	if err := ValidateCheckpointNames(c); err != nil {
 		return err
 	}
 	var files [][32]byte

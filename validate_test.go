@@ -33,7 +33,8 @@ func TestValidateID(t *testing.T) {
 		ok bool
 	}{
 		{"a", true}, {" ", true}, {"\x00", true}, {"a/b", true}, {"/", true}, {"é", true}, {"😀", true},
-		{"\uFFFD", true}, {strings.Repeat("x", 1<<16), true}, {".", true},
+		{"\uFFFD", true}, {strings.Repeat("x", cairn.MaxIDBytes), true}, {strings.Repeat("\x00", cairn.MaxIDBytes), true}, {".", true},
+		{strings.Repeat("x", cairn.MaxIDBytes+1), false}, {strings.Repeat("é", cairn.MaxIDBytes/2) + "x", false},
 		{"", false}, {surrogate, false}, {"\xff", false}, {"a\xc3", false}, {"\xc0\x80", false}, {"ok" + surrogate, false},
 	} {
 		err := cairn.ValidateID(tc.id, "id")

@@ -21,7 +21,7 @@ func rowName(s string) string {
 func idCases() []storeCase {
 	return []storeCase{
 		{"ID/Accepted", func(e *env) {
-			ids := []string{" ", "with space", "a/b", "/lead", "trail/", "a\x00b", "\x00", ".", "..", "é", "😀", "\x01\x7f", "%2F", "a:b", "\uffff", strings.Repeat("long", 256)}
+			ids := []string{" ", "with space", "a/b", "/lead", "trail/", "a\x00b", "\x00", ".", "..", "é", "😀", "\x01\x7f", "%2F", "a:b", "\uffff", strings.Repeat("long", 254)} // the longest is 1016 bytes, with its child's 1022
 			for i, id := range ids {
 				e.row(rowName(id), func(e *env) {
 					c := withFiles(cp(id, "", id), file(fmt.Sprintf("f%d", i), fileKey(i+1)))
@@ -48,34 +48,7 @@ func idCases() []storeCase {
 			e.chain(threadA, "1", "2")
 			lease := e.lease(threadA)
 			for _, bad := range []string{"", invalidUTF8, "a\xffb"} {
-				e.row(rowName(bad), func(e *env) {
-					e.fails("Get", cairn.ErrInvalidID, func() error { _, err := e.s.Get(e.ctx, bad); return err })
-					e.fails("List", cairn.ErrInvalidID, func() error { _, err := e.s.List(e.ctx, bad); return err })
-					e.fails("GetHead", cairn.ErrInvalidID, func() error { _, err := e.s.GetHead(e.ctx, bad); return err })
-					e.fails("AcquireWriter", cairn.ErrInvalidID, func() error {
-						l, err := e.s.AcquireWriter(e.ctx, bad)
-						if l != nil {
-							l.Release(e.ctx)
-						}
-						return err
-					})
-					c := cp("3", "2", threadA)
-					c.ThreadID = bad
-					e.appendFails("Append with an invalid thread id", cairn.ErrInvalidID, lease.Writer, c, "2")
-					w := lease.Writer
-					w.ThreadID = bad
-					e.appendFails("Append with an invalid writer thread id", cairn.ErrInvalidID, w, cp("3", "2", threadA), "2")
-					c = cp("3", "2", threadA)
-					c.ID = bad
-					e.appendFails("Append with an invalid checkpoint id", cairn.ErrInvalidID, lease.Writer, c, "2")
-					if bad != "" { // "" is null for the expected head and the parent
-						e.appendFails("Append with an invalid expected head", cairn.ErrInvalidID, lease.Writer, cp("3", "2", threadA), bad)
-						e.appendFails("Append with an invalid parent", cairn.ErrInvalidID, lease.Writer, cp("3", bad, threadA), "2")
-					}
-					e.deleteHeadFails("DeleteHead with an invalid thread id", cairn.ErrInvalidID, lease.Writer, bad, "2")
-					e.deleteHeadFails("DeleteHead with an invalid checkpoint id", cairn.ErrInvalidID, lease.Writer, threadA, bad)
-					e.deleteHeadFails("DeleteHead with an invalid writer thread id", cairn.ErrInvalidID, w, threadA, "2")
-				})
+				e.row(rowName(bad), func(e *env) { e.rejectsID(bad, lease) })
 			}
 			e.expectHead(threadA, "2")
 		}},
@@ -332,4 +305,38 @@ func deleteHeadCases() []storeCase {
 		}})
 	}
 	return cs
+}
+
+// rejectsID checks that every method refuses the identifier bad with
+// ErrInvalidID and changes nothing: bad in each identifier of Get, List,
+// GetHead, AcquireWriter, Append and DeleteHead on thread threadA, at head
+// "2", with its lease.
+func (e *env) rejectsID(bad string, lease *cairn.Lease) {
+	e.t.Helper()
+	e.fails("Get", cairn.ErrInvalidID, func() error { _, err := e.s.Get(e.ctx, bad); return err })
+	e.fails("List", cairn.ErrInvalidID, func() error { _, err := e.s.List(e.ctx, bad); return err })
+	e.fails("GetHead", cairn.ErrInvalidID, func() error { _, err := e.s.GetHead(e.ctx, bad); return err })
+	e.fails("AcquireWriter", cairn.ErrInvalidID, func() error {
+		l, err := e.s.AcquireWriter(e.ctx, bad)
+		if l != nil {
+			l.Release(e.ctx)
+		}
+		return err
+	})
+	c := cp("3", "2", threadA)
+	c.ThreadID = bad
+	e.appendFails("Append with an invalid thread id", cairn.ErrInvalidID, lease.Writer, c, "2")
+	w := lease.Writer
+	w.ThreadID = bad
+	e.appendFails("Append with an invalid writer thread id", cairn.ErrInvalidID, w, cp("3", "2", threadA), "2")
+	c = cp("3", "2", threadA)
+	c.ID = bad
+	e.appendFails("Append with an invalid checkpoint id", cairn.ErrInvalidID, lease.Writer, c, "2")
+	if bad != "" { // "" is null for the expected head and the parent
+		e.appendFails("Append with an invalid expected head", cairn.ErrInvalidID, lease.Writer, cp("3", "2", threadA), bad)
+		e.appendFails("Append with an invalid parent", cairn.ErrInvalidID, lease.Writer, cp("3", bad, threadA), "2")
+	}
+	e.deleteHeadFails("DeleteHead with an invalid thread id", cairn.ErrInvalidID, lease.Writer, bad, "2")
+	e.deleteHeadFails("DeleteHead with an invalid checkpoint id", cairn.ErrInvalidID, lease.Writer, threadA, bad)
+	e.deleteHeadFails("DeleteHead with an invalid writer thread id", cairn.ErrInvalidID, w, threadA, "2")
 }

@@ -35,6 +35,7 @@ func storeCases() []storeCase {
 	cs = append(cs, leaseCases()...)
 	cs = append(cs, contextCases()...)
 	cs = append(cs, concurrencyCases()...)
+	cs = append(cs, boundCases()...)
 	return cs
 }
 

@@ -188,7 +188,7 @@ func RunBlobGCTests(t *testing.T, newStore StoreFactory) {
 func RunInstanceStoreTests(t *testing.T, newStore InstanceStoreFactory) {
 	t.Helper()
 	t.Run("InstanceStore", func(t *testing.T) {
-		for _, c := range instanceCases() {
+		for _, c := range append(instanceCases(), instanceBoundCases()...) {
 			runCase(t, c.name, func(t *testing.T, ctx context.Context) {
 				s := newStore(t)
 				if s == nil {

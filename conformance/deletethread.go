@@ -221,5 +221,5 @@ func deleteThreadCases() []storeCase {
 			})
 		}})
 	}
-	return cs
+	return append(cs, deleteThreadBoundCases()...)
 }

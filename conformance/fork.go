@@ -98,6 +98,7 @@ func forkCases() []storeCase {
 	cs = append(cs, forkOrderCases()...)
 	cs = append(cs, forkBehaviourCases()...)
 	cs = append(cs, transcriptCases()...)
+	cs = append(cs, forkBoundCases()...)
 	return cs
 }
 

@@ -92,6 +92,9 @@ var mutants = []mutant{
 	{"AcceptUpperHex", faultyStores(faulty.Faults{AcceptUpperHex: true}), []string{"Store/Entries/FileBlobKey", "Store/Artifacts/Rejected/UpperCaseHex"}, 0},
 	{"AcceptUnsafeSize", faultyStores(faulty.Faults{AcceptUnsafeSize: true}), []string{"Store/Entries/Size"}, 0},
 	{"SkipConversation", faultyStores(faulty.Faults{SkipConversation: true}), []string{"Store/Content/ConversationInvalid"}, 0},
+	{"AcceptLongIDs", faultyStores(faulty.Faults{AcceptLongIDs: true}), []string{"Store/Bounds/IDOneBytePast"}, 0},
+	{"IDBoundAfterWriterThread", faultyStores(faulty.Faults{IDBoundAfterWriterThread: true}), []string{"Store/Bounds/Order/IDPastBoundBeforeWriterThread"}, 0},
+	{"AcceptLongNames", faultyStores(faulty.Faults{AcceptLongNames: true}), []string{"Store/Bounds/NameOneBytePast"}, 0},
 	// Copies.
 	{"ShareFiles", faultyStores(faulty.Faults{ShareFiles: true}), []string{"Store/CC-10/ImmutableAndDistinctKeys", "Store/Copies/GetResult"}, 0},
 	{"KeepInputConversation", faultyStores(faulty.Faults{KeepInputConversation: true}), []string{"Store/Copies/AppendInputConversationBytes"}, 0},
@@ -158,6 +161,7 @@ var mutants = []mutant{
 	{"InstanceMergeUpsert", faultyInstances(faulty.InstanceFaults{MergeUpsert: true}), []string{"InstanceStore/IC-04/UpsertReplacesWholeRecord"}, 0},
 	{"InstanceShareRecords", faultyInstances(faulty.InstanceFaults{ShareRecords: true}), []string{"InstanceStore/Copies"}, 0},
 	{"InstanceDeletePrefix", faultyInstances(faulty.InstanceFaults{DeletePrefix: true}), []string{"InstanceStore/DeleteIsolation"}, 0},
+	{"InstanceUnbounded", faultyInstances(faulty.InstanceFaults{Unbounded: true}), []string{"InstanceStore/Bounds/KeyOneBytePast", "InstanceStore/Bounds/FieldOneBytePast"}, 0},
 	{"InstanceMissingAsEmpty", faultyInstances(faulty.InstanceFaults{MissingAsEmpty: true}), []string{"InstanceStore/IC-01/MissingKeyIsNil"}, 0},
 	// One fault layered on a reference store of package cairn.
 	{"MemoryStoreUTF16List", memoryWrapper(func(s *cairn.MemoryStore) cairn.Store { return faulty.UTF16List{MemoryStore: s} }), []string{"Store/List/UTF8NotUTF16"}, 0},

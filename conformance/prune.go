@@ -246,7 +246,7 @@ func pruneCases() []storeCase {
 			e.pruneFails("DeleteCheckpoints", r.want, r.thread, r.keep, w)
 		}})
 	}
-	return cs
+	return append(cs, pruneBoundCases()...)
 }
 
 func formatFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }

@@ -57,15 +57,23 @@ func (s *Store) Append(ctx context.Context, in cairn.AppendInput) (_ cairn.Appen
 		return cairn.AppendResult{}, err
 	}
 	op := &appendOp{s: s, in: in, w: w, nonce: newNonce()}
-	if s.useObjects(len(w.body)) {
+	objects := s.useObjects(len(w.body))
+	if objects {
+		if err := w.toObjects(&s.heads.memos); err != nil {
+			return cairn.AppendResult{}, cairn.NewError(cairn.CodeInvalidEntry, "checkpoint %q: %v", in.Checkpoint.ID, err)
+		}
+	}
+	// The lease is the first live check: a token no lease has fails it
+	// here, before etcd is sent a comparison it cannot hold.
+	if err := cairn.CheckOwnerToken(in.Writer); err != nil {
+		return cairn.AppendResult{}, err
+	}
+	if objects {
 		// The capacity layout: the objects go to the bucket, claimed for
 		// the lease first; the append names their root. Objects of the
 		// parent, when this store appended it and the thread has not
 		// changed since, are inherited: the append compares the thread
 		// record, so they are referenced without a gap (see inherited).
-		if err := w.toObjects(&s.heads.memos); err != nil {
-			return cairn.AppendResult{}, cairn.NewError(cairn.CodeInvalidEntry, "checkpoint %q: %v", in.Checkpoint.ID, err)
-		}
 		var fresh []object
 		fresh, op.inherited, op.inheritedRev = s.heads.split(in.Checkpoint.ThreadID, in.ExpectedHeadID, w.objects)
 		if err := s.putObjects(ctx, in.Writer, fresh); err != nil {

@@ -41,6 +41,9 @@ func (s *Store) ClaimBlobs(ctx context.Context, w cairn.Writer, blobKeys []strin
 	if err := cairn.CheckClaimInput(w, blobKeys); err != nil {
 		return nil, err
 	}
+	if err := cairn.CheckOwnerToken(w); err != nil { // the lease, before any request
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

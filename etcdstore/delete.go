@@ -29,6 +29,9 @@ func (s *Store) DeleteHead(ctx context.Context, in cairn.DeleteHeadInput) error 
 	if err := cairn.CheckDeleteHeadInput(&in); err != nil {
 		return err
 	}
+	if err := cairn.CheckOwnerToken(in.Writer); err != nil { // the first live check, before any request
+		return err
+	}
 	op := &deleteHeadOp{s: s, in: in, nonce: newNonce()}
 	return op.run(ctx, nil, 0)
 }
@@ -161,6 +164,9 @@ func deleteRange(start, end []byte) clientv3.Op {
 // *UnknownOutcomeError.
 func (s *Store) DeleteCheckpoints(ctx context.Context, in cairn.DeleteCheckpointsInput) ([]string, error) {
 	if err := cairn.CheckDeleteCheckpointsInput(&in); err != nil {
+		return nil, err
+	}
+	if err := cairn.CheckOwnerToken(in.Writer); err != nil { // the first live check, before any request
 		return nil, err
 	}
 	op := &pruneOp{s: s, in: in, nonce: newNonce()}

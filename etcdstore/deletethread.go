@@ -46,6 +46,9 @@ func (s *Store) DeleteThread(ctx context.Context, in cairn.DeleteThreadInput) ([
 	if err := cairn.CheckDeleteThreadInput(&in); err != nil {
 		return nil, err
 	}
+	if err := cairn.CheckOwnerToken(in.Writer); err != nil { // the first live check, before any request
+		return nil, err
+	}
 	op := &deleteThreadOp{s: s, in: in, nonce: newNonce()}
 	return op.run(ctx, nil, 0)
 }

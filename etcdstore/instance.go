@@ -15,6 +15,9 @@ type instances struct{ s *Store }
 
 // Get implements cairn.InstanceStore.
 func (i instances) Get(ctx context.Context, key string) (*cairn.InstanceRecord, error) {
+	if err := cairn.ValidateInstanceKey(key); err != nil {
+		return nil, err
+	}
 	resp, err := i.s.client.Get(ctx, string(i.s.layout.Instance(key)))
 	if err != nil {
 		return nil, err
@@ -32,12 +35,18 @@ func (i instances) Get(ctx context.Context, key string) (*cairn.InstanceRecord, 
 
 // Upsert implements cairn.InstanceStore.
 func (i instances) Upsert(ctx context.Context, rec cairn.InstanceRecord) error {
+	if err := cairn.ValidateInstanceRecord(&rec); err != nil {
+		return err
+	}
 	_, err := i.s.client.Put(ctx, string(i.s.layout.Instance(rec.Key)), string(encodeInstance(&rec)))
 	return err
 }
 
 // Delete implements cairn.InstanceStore.
 func (i instances) Delete(ctx context.Context, key string) error {
+	if err := cairn.ValidateInstanceKey(key); err != nil {
+		return err
+	}
 	_, err := i.s.client.Delete(ctx, string(i.s.layout.Instance(key)))
 	return err
 }

@@ -274,14 +274,18 @@ func (s *Store) readChunks(ctx context.Context, thread string, rev int64, byWrit
 }
 
 // ListThreads implements cairn.ThreadLister: a paged range read over the
-// thread records, skipping threads without a head.
+// thread records, skipping threads without a head. after may be of any
+// length.
 func (s *Store) ListThreads(ctx context.Context, after string, limit int) ([]string, error) {
 	if limit <= 0 {
 		limit = 1000
 	}
 	start := s.layout.Threads()
 	if after != "" {
-		start = append(s.layout.Thread(after), 0)
+		// No thread id is longer than cairn.MaxIDBytes, so a longer cursor
+		// orders every thread as its first MaxIDBytes+1 bytes do: the key
+		// never grows past what etcd takes.
+		start = append(s.layout.Thread(after[:min(len(after), cairn.MaxIDBytes+1)]), 0)
 	}
 	end := keys.PrefixEnd(s.layout.Threads())
 	var out []string

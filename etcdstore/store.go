@@ -45,6 +45,11 @@ const (
 	// refPartBytes bounds one reference record: a shard's digests are split
 	// into parts of at most this size.
 	refPartBytes = 256 << 10
+	// MaxPrefixBytes bounds the prefix of a store (New): every key starts
+	// with it, and the bounds of package cairn (cairn.MaxIDBytes and its
+	// siblings) keep every request within etcd's limits for prefixes up to
+	// this long (docs/limits.md).
+	MaxPrefixBytes = 256
 	// defaultStagingTTL is the default of Options.StagingTTL.
 	defaultStagingTTL = time.Minute
 )
@@ -119,7 +124,8 @@ var (
 // New returns a store that keeps its keys under prefix on client. The caller
 // keeps owning client and closes it after the store. New does no I/O. It
 // returns cairn.ErrLeaseDuration or cairn.ErrRenewAfter for invalid lease
-// options, and an error when client is nil.
+// options, and an error when client is nil or prefix is longer than
+// MaxPrefixBytes.
 //
 // Two stores with different prefixes never see each other's data, whatever the
 // prefixes; the literal prefix starts every key, so an etcd role limited to
@@ -127,6 +133,9 @@ var (
 func New(client *clientv3.Client, prefix string, opts Options) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("etcdstore.New: client is required")
+	}
+	if len(prefix) > MaxPrefixBytes {
+		return nil, fmt.Errorf("etcdstore.New: the prefix is %d bytes long, more than MaxPrefixBytes (%d)", len(prefix), MaxPrefixBytes)
 	}
 	o, err := opts.Options.Validate()
 	if err != nil {

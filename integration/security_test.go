@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -13,7 +12,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,6 +27,7 @@ import (
 	"github.com/cairnstore/cairn/etcdstore"
 	"github.com/cairnstore/cairn/integration/internal/harness"
 	"github.com/cairnstore/cairn/internal/s3test"
+	"github.com/cairnstore/cairn/internal/server/servertest"
 )
 
 // Secrets of the secured cluster. The log checks look for them.
@@ -135,24 +134,6 @@ func (s *securedCluster) clientTLS(t *testing.T, tc *tls.Config, user, password 
 	return cli
 }
 
-// lockedBuffer is a log sink that tests read while writers write.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // requireNoSecrets fails when any secret appears in the logs.
 func requireNoSecrets(t *testing.T, what, logs string, secrets ...string) {
 	t.Helper()
@@ -176,7 +157,7 @@ func requireNoSecrets(t *testing.T, what, logs string, secrets ...string) {
 // holds a password.
 func TestTLSAndAuth(t *testing.T) {
 	sc := startSecuredCluster(t)
-	var logs lockedBuffer
+	var logs servertest.LogBuffer
 	zl := zap.New(zapcoreFor(&logs))
 	app := sc.client(t, appUser, appPassword, zl)
 	storeLog := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -12,8 +12,28 @@ import (
 	"github.com/cairnstore/cairn/internal/wire"
 )
 
+// The methods whose request holds identifiers only run, before any request,
+// the checks of the contract that need no state, in its order, and the
+// lease's token bound (cairn.CheckOwnerToken) where the lease is the next
+// check: the server refuses a request of such a method past
+// server.SmallRequestBytes before reading it, and a caller gets the
+// contract's code for an identifier of any length, as from any other store.
+
+// firstErr returns the first error that is not nil.
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Get implements cairn.Store.
 func (s *Store) Get(ctx context.Context, id string) (*cairn.Checkpoint, error) {
+	if err := cairn.ValidateID(id, "checkpoint id"); err != nil {
+		return nil, err
+	}
 	res, err := call(ctx, "get", false, s.cp.GetCheckpoint, &cairnv1.GetCheckpointRequest{Id: id})
 	if err != nil || res.Checkpoint == nil {
 		return nil, err
@@ -26,6 +46,9 @@ func (s *Store) Get(ctx context.Context, id string) (*cairn.Checkpoint, error) {
 // message, so a thread of large checkpoints needs no single large response.
 func (s *Store) List(ctx context.Context, threadID string) ([]cairn.Checkpoint, error) {
 	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := cairn.ValidateID(threadID, "thread id"); err != nil {
 		return nil, err
 	}
 	st, err := s.cp.ListCheckpoints(ctx, connect.NewRequest(&cairnv1.ListCheckpointsRequest{ThreadId: threadID}))
@@ -46,6 +69,9 @@ func (s *Store) List(ctx context.Context, threadID string) ([]cairn.Checkpoint, 
 
 // GetHead implements cairn.Store.
 func (s *Store) GetHead(ctx context.Context, threadID string) (string, error) {
+	if err := cairn.ValidateID(threadID, "thread id"); err != nil {
+		return "", err
+	}
 	res, err := call(ctx, "getHead", false, s.cp.GetHead, &cairnv1.GetHeadRequest{ThreadId: threadID})
 	if err != nil {
 		return "", err
@@ -68,6 +94,9 @@ func (s *Store) Append(ctx context.Context, in cairn.AppendInput) (cairn.AppendR
 // DeleteHead implements cairn.Store. Its errors are those of cairn.Store, or
 // an *UnknownOutcomeError.
 func (s *Store) DeleteHead(ctx context.Context, in cairn.DeleteHeadInput) error {
+	if err := firstErr(cairn.CheckDeleteHeadInput(&in), cairn.CheckOwnerToken(in.Writer)); err != nil {
+		return err
+	}
 	_, err := call(ctx, "deleteHead", true, s.cp.DeleteHead, &cairnv1.DeleteHeadRequest{
 		ThreadId: in.ThreadID, CheckpointId: in.CheckpointID, Writer: wire.ToWriter(in.Writer),
 	})
@@ -78,6 +107,9 @@ func (s *Store) DeleteHead(ctx context.Context, in cairn.DeleteHeadInput) error 
 // through this Store's server URL; any replica behind it serves them. An *UnknownOutcomeError means a
 // lease may have been taken that nobody holds; it ends at its expiry.
 func (s *Store) AcquireWriter(ctx context.Context, threadID string) (*cairn.Lease, error) {
+	if err := cairn.ValidateID(threadID, "thread id"); err != nil {
+		return nil, err
+	}
 	res, err := call(ctx, "acquireWriter", true, s.cp.AcquireWriter, &cairnv1.AcquireWriterRequest{ThreadId: threadID})
 	if err != nil {
 		return nil, err
@@ -179,6 +211,9 @@ func walk[T any](ctx context.Context, op string, open func(context.Context) (rec
 // DeleteCheckpoints implements cairn.Pruner. Its errors are those of
 // cairn.Pruner, or an *UnknownOutcomeError.
 func (s *Store) DeleteCheckpoints(ctx context.Context, in cairn.DeleteCheckpointsInput) ([]string, error) {
+	if err := firstErr(cairn.CheckDeleteCheckpointsInput(&in), cairn.CheckOwnerToken(in.Writer)); err != nil {
+		return nil, err
+	}
 	res, err := call(ctx, "deleteCheckpoints", true, s.cp.DeleteCheckpoints, &cairnv1.DeleteCheckpointsRequest{
 		ThreadId: in.ThreadID, Keep: in.Keep, Writer: wire.ToWriter(in.Writer),
 	})
@@ -194,6 +229,9 @@ func (s *Store) DeleteCheckpoints(ctx context.Context, in cairn.DeleteCheckpoint
 // ForkFromCheckpoint implements cairn.Forker. Its errors are those of
 // cairn.Forker, or an *UnknownOutcomeError.
 func (s *Store) ForkFromCheckpoint(ctx context.Context, in cairn.ForkInput) (*cairn.Checkpoint, error) {
+	if err := cairn.CheckForkInput(&in); err != nil {
+		return nil, err
+	}
 	res, err := call(ctx, "forkFromCheckpoint", true, s.cp.ForkFromCheckpoint, &cairnv1.ForkFromCheckpointRequest{
 		SourceThreadId: in.SourceThreadID, SourceCheckpointId: in.SourceCheckpointID,
 		DestinationThreadId: in.DestinationThreadID, DestinationCheckpointId: in.DestinationCheckpointID,
@@ -227,6 +265,9 @@ type transcripts struct{ s *Store }
 
 // LoadThread implements cairn.TranscriptStore.
 func (t transcripts) LoadThread(ctx context.Context, threadID string) (json.RawMessage, error) {
+	if err := cairn.ValidateID(threadID, "thread id"); err != nil {
+		return nil, err
+	}
 	res, err := call(ctx, "loadThread", false, t.s.cp.LoadThread, &cairnv1.LoadThreadRequest{ThreadId: threadID})
 	if err != nil {
 		return nil, err
@@ -272,6 +313,9 @@ type instances struct{ s *Store }
 
 // Get implements cairn.InstanceStore.
 func (i instances) Get(ctx context.Context, key string) (*cairn.InstanceRecord, error) {
+	if err := cairn.ValidateInstanceKey(key); err != nil {
+		return nil, err
+	}
 	res, err := call(ctx, "getInstance", false, i.s.inst.GetInstance, &cairnv1.GetInstanceRequest{Key: key})
 	if err != nil || res.Record == nil {
 		return nil, err
@@ -283,6 +327,9 @@ func (i instances) Get(ctx context.Context, key string) (*cairn.InstanceRecord, 
 // Upsert implements cairn.InstanceStore; an *UnknownOutcomeError means the
 // record may or may not have been replaced.
 func (i instances) Upsert(ctx context.Context, rec cairn.InstanceRecord) error {
+	if err := cairn.ValidateInstanceRecord(&rec); err != nil {
+		return err
+	}
 	_, err := call(ctx, "upsertInstance", true, i.s.inst.UpsertInstance, &cairnv1.UpsertInstanceRequest{Record: wire.ToInstance(&rec)})
 	return err
 }
@@ -290,6 +337,9 @@ func (i instances) Upsert(ctx context.Context, rec cairn.InstanceRecord) error {
 // Delete implements cairn.InstanceStore; an *UnknownOutcomeError means the
 // record may or may not have been removed.
 func (i instances) Delete(ctx context.Context, key string) error {
+	if err := cairn.ValidateInstanceKey(key); err != nil {
+		return err
+	}
 	_, err := call(ctx, "deleteInstance", true, i.s.inst.DeleteInstance, &cairnv1.DeleteInstanceRequest{Key: key})
 	return err
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/bucket"
 	"github.com/cairnstore/cairn/etcdstore"
 	"github.com/cairnstore/cairn/internal/cli"
@@ -29,6 +30,12 @@ type command struct {
 	// store says the command opens the store, and so takes the etcd, S3
 	// and --prefix flags.
 	store bool
+	// ids names the flags (by name) and positional arguments (by their
+	// synopsis, e.g. "CHECKPOINT", in order) that hold identifiers: each is
+	// checked against the contract (cairn.ValidateID) before the store is
+	// opened, so that a typo is one line and exit 2 even without etcd. A
+	// flag left empty is not checked (it has a default).
+	ids []string
 	// setup registers the command's own flags and returns what runs it.
 	setup func(s *cli.Set) func(ctx context.Context, c *call) error
 }
@@ -91,6 +98,9 @@ func (c *conn) resolve(s *cli.Set, getenv func(string) string) error {
 	if s.Source("prefix") == "default" {
 		return cli.Usagef("--prefix (or %s) is required: the etcd key prefix your application's store uses (an empty prefix is allowed, but must be given)",
 			cli.EnvName("prefix"))
+	}
+	if len(c.prefix) > etcdstore.MaxPrefixBytes {
+		return cli.Usagef("--prefix is %d bytes long, more than a store's prefix can be (%d bytes)", len(c.prefix), etcdstore.MaxPrefixBytes)
 	}
 	cli.S3Credentials(getenv, &c.s3)
 	if err := cli.ValidateS3(c.s3); err != nil {
@@ -166,6 +176,9 @@ func (cmd *command) exec(ctx context.Context, p proc, args []string) error {
 	if len(positional) != cmd.nargs {
 		return fmt.Errorf("%w: want %s, got %d argument(s)", cli.ErrUsage, plural(cmd.nargs, "argument"), len(positional))
 	}
+	if err := cmd.checkIDs(s, positional); err != nil {
+		return err
+	}
 	if cmd.store {
 		if err := cn.resolve(s, p.getenv); err != nil {
 			return err
@@ -178,6 +191,38 @@ func (cmd *command) exec(ctx context.Context, p proc, args []string) error {
 		}
 	}()
 	return runFn(ctx, k)
+}
+
+// checkIDs checks the identifiers among the command's flags and positional
+// arguments (cmd.ids) and returns the first cairn.ErrInvalidID.
+func (cmd *command) checkIDs(s *cli.Set, positional []string) error {
+	var names []string // the positional arguments' names: the synopsis without its flags
+	words := strings.Fields(cmd.args)
+	for i := 0; i < len(words); i++ {
+		switch w := words[i]; {
+		case strings.HasPrefix(w, "--"):
+			i++ // and the flag's value
+		case !strings.HasPrefix(w, "["):
+			names = append(names, w)
+		}
+	}
+	for _, id := range cmd.ids {
+		if f := s.Lookup(id); f != nil {
+			if v := f.Value.String(); v != "" {
+				if err := cairn.ValidateID(v, "--"+id); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		// A positional argument: its place among the synopsis's words.
+		if i := slices.Index(names, id); i >= 0 && i < len(positional) {
+			if err := cairn.ValidateID(positional[i], id); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // usage prints the command's help: synopsis, text, its own flags and the

@@ -17,6 +17,7 @@ import (
 
 var logCmd = &command{
 	name: "log", args: "[flags] THREAD", nargs: 1, store: true,
+	ids:     []string{"THREAD"},
 	summary: "list a thread's checkpoints, the head first, along the parent chain",
 	help: `Lists the checkpoints of THREAD from its head back along the parent chain,
 newest first, as git log does: id, creation time, reason, label, and how many
@@ -144,6 +145,7 @@ Example:
 
 var showCmd = &command{
 	name: "show", args: "[flags] CHECKPOINT", nargs: 1, store: true,
+	ids:     []string{"CHECKPOINT"},
 	summary: "print a checkpoint's manifest",
 	help: `Prints the checkpoint's fields and its manifest: every file with its size and
 blob key, every empty directory, every artifact. With -o json it prints the

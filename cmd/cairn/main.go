@@ -111,7 +111,7 @@ func run(p proc) int {
 	}
 	code := exitCode(err)
 	fmt.Fprintf(p.stderr, "cairn %s: %v\n", cmd.name, err)
-	if code == exitUsage {
+	if code == exitUsage && !errors.Is(err, cairn.ErrInvalidID) {
 		fmt.Fprintf(p.stderr, "Run 'cairn %s --help' for its flags and an example.\n", cmd.name)
 	}
 	return code
@@ -163,7 +163,8 @@ Run 'cairn COMMAND --help' for a command's flags and an example, and
 Exit codes:
   0    done
   1    failed (the message says what to fix)
-  2    usage: a bad flag, argument or environment variable
+  2    usage: a bad flag, argument or environment variable, or an identifier
+       the store refuses (empty, not UTF-8, longer than 1024 bytes)
   3    no such checkpoint or thread
   4    verify found problems
   130  interrupted by SIGINT or SIGTERM ('cairn dev' exits 0: that is how it stops)
@@ -175,7 +176,7 @@ func exitCode(err error) int {
 	switch {
 	case err == nil:
 		return exitOK
-	case isUsage(err):
+	case isUsage(err), errors.Is(err, cairn.ErrInvalidID):
 		return exitUsage
 	case errors.Is(err, errNotFound), errors.Is(err, snapshot.ErrMissingCheckpoint), errors.Is(err, cairn.ErrForkSourceNotFound):
 		return exitNotFound

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/cairnstore/cairn"
 )
 
 // binary is the cairn command built once by TestMain.
@@ -253,6 +255,7 @@ func TestUsageErrors(t *testing.T) {
 		{name: "restore-include", env: store, args: []string{"restore", "--include", "*.go", "cp-1", "out"}, want: "--include applies to capture"},
 		{name: "restore-one-argument", env: store, args: []string{"restore", "cp-1"}, want: "want 2 arguments, got 1"},
 		{name: "fork-without-thread", env: store, args: []string{"fork", "cp-1"}, want: "--thread is required"},
+		{name: "prefix-too-long", env: []string{"CAIRN_S3_BUCKET=b", "CAIRN_ETCD_ENDPOINTS=127.0.0.1:1", "CAIRN_PREFIX=" + strings.Repeat("p", 257)}, args: []string{"threads"}, want: "--prefix is 257 bytes long"},
 		{name: "dev-not-loopback", args: []string{"dev", "--data", "d", "--s3-listen", "0.0.0.0:9000"}, want: "loopback"},
 		{name: "dev-print-env-free-port", args: []string{"dev", "--print-env", "--etcd-listen", "127.0.0.1:0"}, want: "leaves the port to choose"},
 	}
@@ -267,6 +270,41 @@ func TestUsageErrors(t *testing.T) {
 			}
 			if r.stdout != "" {
 				t.Errorf("a usage error printed on stdout:\n%s", r.stdout)
+			}
+		})
+	}
+}
+
+// TestInvalidIDs: an identifier the store refuses (here one byte past
+// cairn.MaxIDBytes, or not UTF-8), in an argument, a flag or its variable,
+// is one line on stderr and exit 2, before anything reaches the store (which
+// is unreachable here).
+func TestInvalidIDs(t *testing.T) {
+	store := []string{"CAIRN_PREFIX=p/", "CAIRN_S3_BUCKET=b", "CAIRN_ETCD_ENDPOINTS=127.0.0.1:1"}
+	long := strings.Repeat("x", cairn.MaxIDBytes+1)
+	for _, tt := range []struct {
+		name string
+		env  []string
+		args []string
+		want string // in stderr
+	}{
+		{"log", nil, []string{"log", long}, "THREAD is 1025 bytes long"},
+		{"show", nil, []string{"show", long}, "CHECKPOINT is 1025 bytes long"},
+		{"restore", nil, []string{"restore", long, "out"}, "CHECKPOINT is 1025 bytes long"},
+		{"diff", nil, []string{"diff", "cp-1", long}, "CHECKPOINT2 is 1025 bytes long"},
+		{"fork-source", nil, []string{"fork", "--thread", "t2", long}, "CHECKPOINT is 1025 bytes long"},
+		{"fork-thread", nil, []string{"fork", "--thread", long, "cp-1"}, "--thread is 1025 bytes long"},
+		{"capture-id", nil, []string{"capture", "--thread", "t1", "--id", long, "."}, "--id is 1025 bytes long"},
+		{"capture-thread-env", []string{"CAIRN_THREAD=" + long}, []string{"capture", "."}, "--thread is 1025 bytes long"},
+		{"not-utf8", nil, []string{"show", "a\xffb"}, "CHECKPOINT must be well-formed Unicode"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := runCairn(t, append(tt.env, store...), tt.args...)
+			if r.code != exitUsage {
+				t.Fatalf("exit %d, want %d (usage): %v", r.code, exitUsage, r)
+			}
+			if lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n"); len(lines) != 1 || !strings.Contains(r.stderr, tt.want) {
+				t.Errorf("stderr is not one line saying %q:\n%s", tt.want, r.stderr)
 			}
 		})
 	}

@@ -71,6 +71,7 @@ func progressTo(c *call) (func(snapshot.Progress), func()) {
 
 var captureCmd = &command{
 	name: "capture", args: "--thread THREAD [flags] DIR", nargs: 1, store: true,
+	ids:     []string{"thread", "id"},
 	env:     append([]string{"thread"}, filterEnv...),
 	summary: "capture a directory into a new checkpoint at the thread's head, print its id",
 	help: `Captures DIR (every file and empty directory, without .git, node_modules and
@@ -124,6 +125,7 @@ Example:
 
 var restoreCmd = &command{
 	name: "restore", args: "[flags] CHECKPOINT DIR", nargs: 2, store: true, env: filterEnv,
+	ids:     []string{"CHECKPOINT"},
 	summary: "write a checkpoint's files into a directory",
 	help: `Writes the files and empty directories of CHECKPOINT into DIR, creating it
 when missing. Every blob is downloaded and checked against its key and size
@@ -169,6 +171,7 @@ Example:
 
 var forkCmd = &command{
 	name: "fork", args: "--thread NEW [flags] CHECKPOINT", nargs: 1, store: true,
+	ids:     []string{"thread", "id", "CHECKPOINT"},
 	summary: "start a new thread from a checkpoint, print the new root's id",
 	help: `Starts the empty thread NEW from CHECKPOINT: one atomic step copies the
 checkpoint as NEW's root (reason fork-root) and its conversation as NEW's
@@ -201,6 +204,7 @@ Example:
 
 var diffCmd = &command{
 	name: "diff", args: "[flags] CHECKPOINT1 CHECKPOINT2", nargs: 2, store: true,
+	ids:     []string{"CHECKPOINT1", "CHECKPOINT2"},
 	summary: "list the paths that differ between two checkpoints",
 	help: `Lists the files and empty directories that differ between the manifests of
 CHECKPOINT1 and CHECKPOINT2, sorted by path, like git diff --name-status:

@@ -104,7 +104,7 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Config, er
 	s.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "PEM key of --tls-cert")
 	s.StringVar(&c.TLSClientCA, "tls-client-ca", c.TLSClientCA, "PEM CA bundle: when set, every client must present a certificate it signed")
 	s.Var(cli.Duration{D: &c.RequestTimeout}, "request-timeout", "deadline of every request (a client's shorter deadline wins)")
-	s.IntVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "largest request message; the default admits the largest checkpoint etcdstore accepts")
+	s.IntVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "largest request message of the procedures that carry a checkpoint, a transcript or blob keys (the others take at most 64 KiB); the default admits the largest checkpoint etcdstore accepts")
 	s.Var(cli.Duration{D: &c.ShutdownTimeout}, "shutdown-timeout", "how long SIGTERM waits for the requests in flight")
 	s.Var(cli.Duration{D: &c.ProbeTimeout}, "probe-timeout", "deadline of the start-up checks of etcd and the bucket")
 	s.BoolVar(&c.TestClock, "test-clock", c.TestClock, "serve TestClockService: sessions whose clock the client sets (for conformance suites; never in production)")

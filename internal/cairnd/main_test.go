@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,38 +19,19 @@ import (
 	cairnv1 "github.com/cairnstore/cairn/gen/cairn/v1"
 	"github.com/cairnstore/cairn/internal/cairnd"
 	"github.com/cairnstore/cairn/internal/embedetcd"
+	"github.com/cairnstore/cairn/internal/server/servertest"
 	"github.com/cairnstore/cairn/remote"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// syncBuffer is a log sink safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// started runs Main on an embedded etcd and returns its address, its
-// signal channel and the channel of its exit code.
-func started(t *testing.T, extra ...string) (addr string, sigs chan os.Signal, code chan int, log *syncBuffer) {
+func started(t *testing.T, extra ...string) (addr string, sigs chan os.Signal, code chan int, log *servertest.LogBuffer) {
 	t.Helper()
 	etcd, _ := embedetcd.ForTest(t)
 	sigs = make(chan os.Signal, 2)
 	code = make(chan int, 1)
 	listening := make(chan string, 1)
-	log = &syncBuffer{}
+	log = &servertest.LogBuffer{}
 	args := append([]string{
 		"--etcd-endpoints", strings.Join(etcd.Endpoints(), ","), "--listen", "127.0.0.1:0",
 		"--tokens", "a tenant-a/ token-a",
@@ -157,7 +137,7 @@ func TestDrainOnSIGTERM(t *testing.T) {
 }
 
 // waitFor waits until the log contains s.
-func waitFor(t *testing.T, log *syncBuffer, s string) {
+func waitFor(t *testing.T, log *servertest.LogBuffer, s string) {
 	t.Helper()
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if strings.Contains(log.String(), s) {

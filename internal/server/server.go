@@ -21,7 +21,6 @@ import (
 
 	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/etcdstore"
-	"github.com/cairnstore/cairn/gen/cairn/v1/cairnv1connect"
 	"github.com/cairnstore/cairn/internal/wire"
 )
 
@@ -52,8 +51,10 @@ type Config struct {
 	// RequestTimeout bounds every request; a client's shorter deadline wins.
 	// Zero selects DefaultRequestTimeout.
 	RequestTimeout time.Duration
-	// MaxRequestBytes bounds a request message; a larger one is refused with
-	// RESOURCE_EXHAUSTED before anything runs. Zero selects
+	// MaxRequestBytes bounds the request message of the procedures that
+	// carry a checkpoint, a transcript or lists of blob keys; every other
+	// procedure's is bounded by SmallRequestBytes. A larger one is refused
+	// with RESOURCE_EXHAUSTED before anything runs. Zero selects
 	// DefaultMaxRequestBytes.
 	MaxRequestBytes int
 	// TestClock enables TestClockService. Never in production: a session's
@@ -133,8 +134,11 @@ func New(cfg Config) (*Server, error) {
 // when the registerer is also a gatherer, /metrics.
 func (srv *Server) Handler() http.Handler {
 	opts := []connect.HandlerOption{
-		connect.WithInterceptors(srv.metrics, &authInterceptor{srv: srv}),
-		connect.WithReadMaxBytes(srv.maxBytes),
+		// requestIDs is outermost, so that every answer of a handler
+		// carries the request's id; the recovery of a handler's panic is
+		// innermost, so that its error is answered like any other.
+		connect.WithInterceptors(requestIDs{srv}, srv.metrics, &authInterceptor{srv: srv}),
+		connect.WithRecover(srv.recovered),
 		// Compressing a small response costs more time than it saves on
 		// a local network; large ones (a big checkpoint, a page of
 		// references) are still compressed for clients that accept gzip.
@@ -144,10 +148,7 @@ func (srv *Server) Handler() http.Handler {
 		connect.WithCodec(wire.Codec{}),
 	}
 	mux := http.NewServeMux()
-	mux.Handle(cairnv1connect.NewCheckpointServiceHandler(&checkpoints{srv}, opts...))
-	mux.Handle(cairnv1connect.NewInstanceServiceHandler(&instances{srv}, opts...))
-	mux.Handle(cairnv1connect.NewBlobCollectorServiceHandler(&collector{srv}, opts...))
-	mux.Handle(cairnv1connect.NewTestClockServiceHandler(&testClock{srv}, opts...))
+	srv.mountServices(mux, opts)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cairnstore/cairn/bucket"
+	"github.com/cairnstore/cairn/etcdstore"
 	"github.com/cairnstore/cairn/internal/cli"
 	"github.com/cairnstore/cairn/sweep"
 )
@@ -165,6 +166,11 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Config, er
 		c.Targets = targets
 	} else {
 		c.Targets = []Target{{Name: "default", Prefix: c.Prefix, Bucket: c.S3.Bucket, Policy: c.policy()}}
+	}
+	for _, t := range c.Targets {
+		if len(t.Prefix) > etcdstore.MaxPrefixBytes { // a typo no store can have
+			return c, cli.Usagef("the prefix of %s is %d bytes long, more than a store's prefix can be (%d bytes)", t.Name, len(t.Prefix), etcdstore.MaxPrefixBytes)
+		}
 	}
 	return c, nil
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairnstore/cairn/etcdstore"
 	"github.com/cairnstore/cairn/internal/cli"
 	"github.com/cairnstore/cairn/sweep"
 )
@@ -152,6 +153,7 @@ func TestParseErrors(t *testing.T) {
 		{"ZeroProbeTimeout", []string{"--probe-timeout=0"}, nil, "--probe-timeout must be positive"},
 		{"PositionalArgument", []string{"sweep"}, nil, `unexpected argument "sweep"`},
 		{"UnknownFlag", []string{"--older-then=1h"}, nil, "flag provided but not defined: --older-then"},
+		{"PrefixTooLong", []string{"--prefix=" + strings.Repeat("p", etcdstore.MaxPrefixBytes+1)}, nil, "the prefix of default is 257 bytes long"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -5,6 +5,10 @@ import (
 	"errors"
 
 	"connectrpc.com/connect"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/etcdstore"
@@ -82,8 +86,58 @@ func ToConnect(err error) *connect.Error {
 		code = connect.CodeCanceled
 	case errors.Is(err, cairn.ErrUnsupported):
 		code = connect.CodeUnimplemented
+	default:
+		if c, ok := EtcdCode(err); ok {
+			code = c
+		}
 	}
 	return withDetail(connect.NewError(code, err), &cairnv1.ErrorDetail{Message: msg})
+}
+
+// EtcdCode returns the Connect code of an error of the etcd client, and
+// false for any other error:
+//
+//   - a request etcd refuses for its size or its operations
+//     (ErrRequestTooLarge, ErrTooManyOps, or gRPC's RESOURCE_EXHAUSTED when
+//     the client would send or receive more than gRPC allows):
+//     RESOURCE_EXHAUSTED;
+//   - another INVALID_ARGUMENT of etcd: INTERNAL, since it is a request the
+//     store built wrong;
+//   - DEADLINE_EXCEEDED and CANCELED: the same;
+//   - every other gRPC status, and an etcd client without endpoints:
+//     UNAVAILABLE, since etcd did not serve the request (no leader, a lost
+//     connection, refused credentials, a compacted revision).
+func EtcdCode(err error) (connect.Code, bool) {
+	if errors.Is(err, clientv3.ErrNoAvailableEndpoints) {
+		return connect.CodeUnavailable, true
+	}
+	var code codes.Code
+	var desc string
+	var ee rpctypes.EtcdError
+	var gs interface{ GRPCStatus() *status.Status }
+	switch {
+	case errors.As(err, &ee):
+		code, desc = ee.Code(), ee.Error()
+	case errors.As(err, &gs):
+		st := gs.GRPCStatus()
+		code, desc = st.Code(), st.Message()
+	default:
+		return 0, false
+	}
+	switch {
+	case code == codes.ResourceExhausted,
+		desc == rpctypes.ErrRequestTooLarge.Error(), desc == rpctypes.ErrTooManyOps.Error():
+		return connect.CodeResourceExhausted, true
+	case code == codes.InvalidArgument:
+		return connect.CodeInternal, true
+	case code == codes.DeadlineExceeded:
+		return connect.CodeDeadlineExceeded, true
+	case code == codes.Canceled:
+		return connect.CodeCanceled, true
+	case code == codes.OK:
+		return 0, false
+	}
+	return connect.CodeUnavailable, true
 }
 
 // Detail returns the ErrorDetail of a Connect error, or nil when it has none

@@ -3,9 +3,14 @@ package wire_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"connectrpc.com/connect"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/etcdstore"
@@ -70,4 +75,37 @@ func TestErrorsRoundTrip(t *testing.T) {
 			t.Fatal("a transport error of a write was taken for a known failure")
 		}
 	})
+}
+
+// TestEtcdErrorsAreCoded: every error of the etcd client gets the Connect
+// code of what happened, wrapped or not, and an error that is not etcd's
+// stays INTERNAL.
+func TestEtcdErrorsAreCoded(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error
+		want connect.Code
+	}{
+		{"RequestTooLarge", rpctypes.ErrRequestTooLarge, connect.CodeResourceExhausted},
+		{"RequestTooLargeStatus", rpctypes.ErrGRPCRequestTooLarge, connect.CodeResourceExhausted},
+		{"TooManyOps", rpctypes.ErrTooManyOps, connect.CodeResourceExhausted},
+		{"ClientSendLimit", status.Error(codes.ResourceExhausted, "trying to send message larger than max (3145742 vs. 2097152)"), connect.CodeResourceExhausted},
+		{"WrappedSendLimit", fmt.Errorf("etcdstore: stage: %w", status.Error(codes.ResourceExhausted, "larger than max")), connect.CodeResourceExhausted},
+		{"NoLeader", rpctypes.ErrNoLeader, connect.CodeUnavailable},
+		{"Timeout", rpctypes.ErrTimeout, connect.CodeUnavailable},
+		{"TransportUnavailable", status.Error(codes.Unavailable, "connection refused"), connect.CodeUnavailable},
+		{"NoEndpoints", clientv3.ErrNoAvailableEndpoints, connect.CodeUnavailable},
+		{"PermissionDenied", rpctypes.ErrPermissionDenied, connect.CodeUnavailable},
+		{"Compacted", rpctypes.ErrCompacted, connect.CodeUnavailable},
+		{"GRPCDeadline", status.Error(codes.DeadlineExceeded, "deadline"), connect.CodeDeadlineExceeded},
+		{"ClosingConnection", status.Error(codes.Canceled, "grpc: the client connection is closing"), connect.CodeCanceled},
+		{"MalformedRequest", rpctypes.ErrKeyNotFound, connect.CodeInternal},
+		{"NotEtcd", errors.New("etcdstore: corrupt record"), connect.CodeInternal},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if ce := wire.ToConnect(c.err); ce.Code() != c.want {
+				t.Errorf("ToConnect(%v) has code %v, want %v", c.err, ce.Code(), c.want)
+			}
+		})
+	}
 }

@@ -43,6 +43,8 @@ import type {
 } from "./types.js";
 import {
   assertPlausible,
+  assertInstanceKey,
+  assertInstanceRecord,
   assertValidIdentifier,
   checkAppendInput,
   checkDeleteCheckpointsInput,
@@ -381,6 +383,7 @@ function instanceOut(r: PbInstanceRecord): SandboxInstanceRecord {
 function instanceStoreOn(svc: Client<typeof InstanceService>): SandboxInstanceStore {
   return {
     async get(key) {
+      assertInstanceKey(key);
       const res = await call("instances.get", false, () => svc.getInstance({ key }));
       return res.record ? instanceOut(res.record) : null;
     },
@@ -396,9 +399,11 @@ function instanceStoreOn(svc: Client<typeof InstanceService>): SandboxInstanceSt
         ...(typeof r["latestSnapshotId"] === "string" ? { latestSnapshotId: r["latestSnapshotId"] } : {}),
         ...(typeof r["latestRunId"] === "string" ? { latestRunId: r["latestRunId"] } : {}),
       };
+      assertInstanceRecord(init);
       await call("instances.upsert", true, () => svc.upsertInstance({ record: init }));
     },
     async delete(key) {
+      assertInstanceKey(key);
       await call("instances.delete", true, () => svc.deleteInstance({ key }));
     },
   };

@@ -15,4 +15,4 @@ export {
   type TestSession,
 } from "./client.js";
 export { claimAll, claimingBlobStore, type BlobClaimer, type BlobStoreLike, type ClaimingBlobStoreOptions } from "./blobs.js";
-export { isBlobKey, isWellFormed } from "./validate.js";
+export { isBlobKey, isWellFormed, MAX_ID_BYTES, MAX_NAME_BYTES, MAX_OWNER_TOKEN_BYTES, MAX_PATH_BYTES, utf8Length } from "./validate.js";

@@ -24,10 +24,69 @@ export function isWellFormed(s: string): boolean {
   return native ? native.call(s) : !loneSurrogate.test(s);
 }
 
-/** Throws SandboxCheckpointInvalidIdError unless value is a non-empty well-formed string. */
+// The bounds of cairn's contract, a deliberate difference from upstream
+// (which has none), in bytes of UTF-8: the same as the Go package's
+// (cairn.MaxIDBytes and its siblings; docs/limits.md says why each is what
+// it is). The client checks them where the contract checks the field, so
+// that a value past its bound gets the same code from it as from cairnd.
+
+/** The longest identifier: thread, checkpoint, parent and fork ids, instance keys. */
+export const MAX_ID_BYTES = 1024;
+/** The longest writer ownerToken; a longer one can match no lease (WRITER_LOST). */
+export const MAX_OWNER_TOKEN_BYTES = 1024;
+/** The longest reason, label, sourceRunId, artifact id, name and mime type, and instance field. */
+export const MAX_NAME_BYTES = 1024;
+/** The longest entry path. */
+export const MAX_PATH_BYTES = 4096;
+
+/** Returns the length of s in UTF-8, where a lone surrogate counts 3 bytes. */
+export function utf8Length(s: string): number {
+  let n = 0;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c < 0x80) n += 1;
+    else if (c < 0x800) n += 2;
+    else if (c >= 0xd800 && c <= 0xdbff && i + 1 < s.length && (s.charCodeAt(i + 1) & 0xfc00) === 0xdc00) {
+      n += 4;
+      i++;
+    } else n += 3;
+  }
+  return n;
+}
+
+/** Reports whether s, a string, is longer than max bytes of UTF-8. */
+function tooLong(s: string, max: number): boolean {
+  return s.length > max || (s.length * 3 > max && utf8Length(s) > max);
+}
+
+function tooLongMessage(what: string, s: string, max: number): string {
+  return `${what} is ${utf8Length(s)} bytes long, more than the ${max} bytes this store accepts`;
+}
+
+/** Throws SandboxCheckpointInvalidIdError unless value is a non-empty, well-formed string of at most MAX_ID_BYTES. */
 export function assertValidIdentifier(value: unknown, what: string): asserts value is string {
   if (typeof value !== "string" || value.length === 0 || !isWellFormed(value)) {
     throw new SandboxCheckpointInvalidIdError(`${what} must be a non-empty well-formed string`);
+  }
+  if (tooLong(value, MAX_ID_BYTES)) throw new SandboxCheckpointInvalidIdError(tooLongMessage(what, value, MAX_ID_BYTES));
+}
+
+/** Throws SandboxCheckpointInvalidIdError when an instance key is a string longer than MAX_ID_BYTES. */
+export function assertInstanceKey(key: unknown): void {
+  if (typeof key === "string" && tooLong(key, MAX_ID_BYTES)) throw new SandboxCheckpointInvalidIdError(tooLongMessage("instance key", key, MAX_ID_BYTES));
+}
+
+/**
+ * Checks an instance record's bounds in order: its key (INVALID_ID), then
+ * provider, providerSandboxId, latestSnapshotId, threadId and latestRunId,
+ * each at most MAX_NAME_BYTES (INVALID_ENTRY). Nothing else is validated.
+ */
+export function assertInstanceRecord(record: unknown): void {
+  const r = (record ?? {}) as Record<string, unknown>;
+  assertInstanceKey(r["key"]);
+  for (const f of ["provider", "providerSandboxId", "latestSnapshotId", "threadId", "latestRunId"]) {
+    const v = r[f];
+    if (typeof v === "string" && tooLong(v, MAX_NAME_BYTES)) throw new SandboxCheckpointInvalidEntryError(tooLongMessage(`instance ${f}`, v, MAX_NAME_BYTES));
   }
 }
 
@@ -92,6 +151,7 @@ export function validateEntries(files: unknown): void {
     if (entry === null || typeof entry !== "object") throw new SandboxCheckpointInvalidEntryError("Checkpoint entry must be an object");
     const e = entry as Record<string, unknown>;
     const path = e["path"];
+    if (typeof path === "string" && tooLong(path, MAX_PATH_BYTES)) throw new SandboxCheckpointInvalidEntryError(tooLongMessage("Checkpoint entry path", path, MAX_PATH_BYTES));
     if (!isNormalizedPath(path)) throw new SandboxCheckpointInvalidEntryError("Checkpoint entry path must be a normalized workspace-relative path");
     if (kinds.has(path)) throw new SandboxCheckpointInvalidEntryError(`Checkpoint entry path ${JSON.stringify(path)} is duplicated`);
     for (let i = path.indexOf("/"); i >= 0; i = path.indexOf("/", i + 1)) {
@@ -122,6 +182,10 @@ export function validateArtifacts(artifacts: unknown): void {
   for (const a of artifacts as unknown[]) {
     if (a === null || typeof a !== "object") throw new SandboxCheckpointInvalidEntryError("Checkpoint artifact must be an object");
     const r = a as Record<string, unknown>;
+    for (const f of ["artifactId", "name", "mimeType"]) {
+      const v = r[f];
+      if (typeof v === "string" && tooLong(v, MAX_NAME_BYTES)) throw new SandboxCheckpointInvalidEntryError(tooLongMessage(`Checkpoint artifact ${f}`, v, MAX_NAME_BYTES));
+    }
     const ok =
       typeof r["artifactId"] === "string" &&
       r["artifactId"].length > 0 &&
@@ -142,11 +206,13 @@ export function validateArtifacts(artifacts: unknown): void {
 
 /**
  * Throws INVALID_ENTRY when the reason, label or sourceRunId is a string that
- * is not well-formed Unicode (see isNormalizedPath for why).
+ * is not well-formed Unicode (see isNormalizedPath for why) or is longer than
+ * MAX_NAME_BYTES.
  */
 export function validateText(c: { reason?: unknown; label?: unknown; sourceRunId?: unknown }): void {
   for (const [what, v] of [["reason", c.reason], ["label", c.label], ["sourceRunId", c.sourceRunId]] as const) {
     if (typeof v === "string" && !isWellFormed(v)) throw new SandboxCheckpointInvalidEntryError(`Checkpoint ${what} must be well-formed Unicode`);
+    if (typeof v === "string" && tooLong(v, MAX_NAME_BYTES)) throw new SandboxCheckpointInvalidEntryError(tooLongMessage(`Checkpoint ${what}`, v, MAX_NAME_BYTES));
   }
 }
 
@@ -156,8 +222,8 @@ export interface WriterFields {
   ownerToken: string;
   fence: number;
   /**
-   * False when the token is not a well-formed string or the fence not a safe
-   * integer: such a writer can match no lease, so the write fails with
+   * False when the token is not a well-formed string of at most
+   * MAX_OWNER_TOKEN_BYTES or the fence not a safe integer: such a writer can match no lease, so the write fails with
    * WRITER_LOST where the contract checks lease currency.
    */
   plausible: boolean;
@@ -170,7 +236,13 @@ export function readWriter(writer: unknown): WriterFields {
   assertValidIdentifier(threadId, "writer.threadId");
   const ownerToken = w["ownerToken"];
   const fence = w["fence"];
-  if (typeof ownerToken !== "string" || !isWellFormed(ownerToken) || typeof fence !== "number" || !Number.isSafeInteger(fence)) {
+  if (
+    typeof ownerToken !== "string" ||
+    !isWellFormed(ownerToken) ||
+    tooLong(ownerToken, MAX_OWNER_TOKEN_BYTES) ||
+    typeof fence !== "number" ||
+    !Number.isSafeInteger(fence)
+  ) {
     return { threadId, ownerToken: "", fence: -1, plausible: false };
   }
   return { threadId, ownerToken, fence, plausible: true };

@@ -1126,7 +1126,178 @@ export const instanceCases: Case[] = [
   },
 ];
 
-export const allCases: Case[] = [...storeCases, ...entryCases, ...orderCases, ...readAndRaceCases, ...pruneCases, ...forkCases, ...instanceCases];
+
+// ---------------------------------------------------------------------------
+// The bounds of cairn's contract (docs/limits.md): every identifier and name
+// at its bound is accepted, one byte past it is refused with the code of the
+// check it belongs to, in that check's place, and the refusal changes
+// nothing. Lengths are bytes of UTF-8: "é" counts two, so a string of
+// MAX/2 "é" is at the bound with half as many UTF-16 units.
+
+/** A string of exactly n bytes of UTF-8 that begins with tag: NUL bytes after it, which keys and JSON escape the most. */
+function idOf(tag: string, n: number): string {
+  return tag + "\0".repeat(n - tag.length);
+}
+
+/** A string of exactly n bytes of UTF-8 that begins with tag, padded with the two-byte "é". */
+function nameOf(tag: string, n: number): string {
+  const pad = n - tag.length;
+  return tag + "x".repeat(pad % 2) + "é".repeat(Math.floor(pad / 2));
+}
+
+/** An entry path of exactly n bytes that ends with tag: a deep chain of one-letter directories. */
+function pathOf(tag: string, n: number): string {
+  const pad = n - tag.length;
+  return "d/".repeat(Math.floor(pad / 2)) + "x".repeat(pad % 2) + tag;
+}
+
+const ID = 1024;
+const NAME = 1024;
+const PATH = 4096;
+const TOKEN = 1024;
+
+/** A root checkpoint whose every name and path is at its bound. */
+function bounded(id: string, thread: string): SandboxCheckpoint {
+  return {
+    ...checkpoint(id, null, thread),
+    createdAt: 1,
+    reason: nameOf("reason-", NAME) as SandboxCheckpoint["reason"],
+    label: nameOf("label-", NAME),
+    sourceRunId: nameOf("run-", NAME),
+    files: [{ path: pathOf("f", PATH), kind: "file", blobKey: fileKey("1"), size: 1 }, { path: "d", kind: "dir" }],
+    artifacts: [{ artifactId: nameOf("artifact-", NAME), name: nameOf("name-", NAME), mimeType: nameOf("text/", NAME), blobKey: artifactKey("2"), size: 3, createdAt: 5 }],
+  };
+}
+
+export const boundCases: Case[] = [
+  {
+    id: "BND-01",
+    title: "bounds: every identifier, name and path at its bound is accepted and reads back",
+    async run(f) {
+      const { checkpoints: s, w } = await fresh(f);
+      const thread = idOf("t", ID);
+      const root = bounded(idOf("c", ID), thread);
+      await w.append(root, null);
+      assert.deepEqual(await s.get(root.id), root);
+      const child = { ...checkpoint(nameOf("k", ID), root.id, thread), files: [{ path: "c", kind: "dir" as const }] };
+      await w.append(child, root.id);
+      assert.equal(await s.getHead(thread), child.id);
+      assert.deepEqual((await s.list(thread)).map((c) => c.id), [root.id, child.id]);
+      await w.deleteHead(thread, child.id);
+      assert.equal(await s.getHead(thread), root.id);
+    },
+  },
+  {
+    id: "BND-02",
+    title: "bounds: an identifier one byte past its bound is INVALID_ID everywhere, and changes nothing",
+    async run(f) {
+      const { checkpoints: s, w } = await fresh(f);
+      await w.append(checkpoint("1"), null);
+      const lease = await w.of("thread-a");
+      for (const past of [idOf("p", ID + 1), nameOf("p", ID + 1)]) {
+        await unchanged(s, "thread-a", async () => {
+          await rejectsWith(s.get(past), C.invalidId, "get");
+          await rejectsWith(s.list(past), C.invalidId, "list");
+          await rejectsWith(s.getHead(past), C.invalidId, "getHead");
+          await rejectsWith(s.acquireWriter(past), C.invalidId, "acquireWriter");
+          await rejectsWith(s.append({ checkpoint: checkpoint("2", "1", past), expectedHeadId: "1", writer: lease }), C.invalidId, "append thread");
+          await rejectsWith(s.append({ checkpoint: checkpoint("2", "1"), expectedHeadId: "1", writer: { ...lease, threadId: past } }), C.invalidId, "append writer thread");
+          await rejectsWith(s.append({ checkpoint: { ...checkpoint("2", "1"), id: past }, expectedHeadId: "1", writer: lease }), C.invalidId, "append id");
+          await rejectsWith(s.append({ checkpoint: checkpoint("2", "1"), expectedHeadId: past, writer: lease }), C.invalidId, "append expected head");
+          await rejectsWith(s.append({ checkpoint: checkpoint("2", past), expectedHeadId: "1", writer: lease }), C.invalidId, "append parent");
+          await rejectsWith(s.deleteHead({ threadId: past, checkpointId: "1", writer: lease }), C.invalidId, "deleteHead thread");
+          await rejectsWith(s.deleteHead({ threadId: "thread-a", checkpointId: past, writer: lease }), C.invalidId, "deleteHead id");
+          await rejectsWith(s.deleteCheckpoints({ threadId: past, keep: 1, writer: lease }), C.invalidId, "deleteCheckpoints thread");
+        });
+      }
+    },
+  },
+  {
+    id: "BND-03",
+    title: "bounds: a name or path one byte past its bound is INVALID_ENTRY, and changes nothing",
+    async run(f) {
+      const { checkpoints: s, w } = await fresh(f);
+      await w.append(checkpoint("1"), null);
+      const over: Array<[string, (c: SandboxCheckpoint) => void]> = [
+        ["reason", (c) => (c.reason = nameOf("reason-", NAME + 1) as SandboxCheckpoint["reason"])],
+        ["label", (c) => (c.label = nameOf("label-", NAME + 1))],
+        ["sourceRunId", (c) => (c.sourceRunId = nameOf("run-", NAME + 1))],
+        ["path", (c) => (c.files[0]!.path = pathOf("f", PATH + 1))],
+        ["artifactId", (c) => (c.artifacts[0]!.artifactId = nameOf("artifact-", NAME + 1))],
+        ["name", (c) => (c.artifacts[0]!.name = nameOf("name-", NAME + 1))],
+        ["mimeType", (c) => (c.artifacts[0]!.mimeType = nameOf("text/", NAME + 1))],
+      ];
+      for (const [what, set] of over) {
+        const c = { ...bounded("2", "thread-a"), parentCheckpointId: "1" };
+        set(c);
+        await unchanged(s, "thread-a", () => rejectsWith(w.append(c, "1"), C.invalidEntry, what));
+      }
+    },
+  },
+  {
+    id: "BND-04",
+    title: "bounds: an id past its bound is INVALID_ID before another thread's writer, a label past its bound WRITER_LOST after it",
+    async run(f) {
+      const { checkpoints: s, w } = await fresh(f);
+      await w.append(checkpoint("1"), null);
+      const other = await w.of("thread-b");
+      await rejectsWith(s.append({ checkpoint: { ...checkpoint("2", "1"), id: idOf("c", ID + 1) }, expectedHeadId: "1", writer: other }), C.invalidId);
+      await rejectsWith(s.append({ checkpoint: { ...checkpoint("2", "1"), label: nameOf("l", NAME + 1) }, expectedHeadId: "1", writer: other }), C.lost);
+    },
+  },
+  {
+    id: "BND-05",
+    title: "bounds: an ownerToken past its bound is WRITER_LOST, and the lease stays current",
+    async run(f) {
+      const { checkpoints: s, w } = await fresh(f);
+      await w.append(checkpoint("1"), null);
+      const bad = { ...(await w.of("thread-a")), ownerToken: nameOf("token-", TOKEN + 1) };
+      await unchanged(s, "thread-a", async () => {
+        await rejectsWith(s.append({ checkpoint: checkpoint("2", "1"), expectedHeadId: "1", writer: bad }), C.lost, "append");
+        await rejectsWith(s.deleteHead({ threadId: "thread-a", checkpointId: "1", writer: bad }), C.lost, "deleteHead");
+      });
+      await w.append(checkpoint("2", "1"), "1");
+    },
+  },
+  {
+    id: "BND-06",
+    title: "bounds: fork ids at their bound fork; one byte past is INVALID_ID",
+    async run(f) {
+      const { checkpoints: s, w } = await fresh(f);
+      const src = bounded(idOf("s", ID), idOf("t", ID));
+      await w.append(src, null);
+      const dest = idOf("u", ID);
+      const input = { sourceThreadId: src.threadId, sourceCheckpointId: src.id, destinationThreadId: dest, destinationCheckpointId: idOf("f", ID), createdAt: 20, writer: await w.of(dest) };
+      const { checkpoint: root } = await s.forkFromCheckpoint(input);
+      assert.equal(root.id, input.destinationCheckpointId);
+      assert.equal(await s.getHead(dest), root.id);
+      const past = idOf("p", ID + 1);
+      for (const k of ["sourceThreadId", "sourceCheckpointId", "destinationThreadId", "destinationCheckpointId"] as const) {
+        await rejectsWith(s.forkFromCheckpoint({ ...input, destinationThreadId: "d2", destinationCheckpointId: "f2", [k]: past }), C.invalidId, k);
+      }
+    },
+  },
+  {
+    id: "BND-07",
+    title: "bounds: an instance key at its bound round-trips; past it INVALID_ID, a field past its bound INVALID_ENTRY",
+    async run(f) {
+      const { instances: i } = await fresh(f);
+      const r = record({ key: idOf("k", ID), provider: nameOf("p", NAME), providerSandboxId: nameOf("s", NAME), threadId: nameOf("t", NAME), latestSnapshotId: nameOf("n", NAME), latestRunId: nameOf("r", NAME) });
+      await i.upsert(r);
+      assert.deepEqual(await i.get(r.key), r);
+      const past = idOf("k", ID + 1);
+      await rejectsWith(i.get(past), C.invalidId, "get");
+      await rejectsWith(i.upsert(record({ key: past })), C.invalidId, "upsert");
+      await rejectsWith(i.delete(past), C.invalidId, "delete");
+      for (const k of ["provider", "providerSandboxId", "threadId", "latestSnapshotId", "latestRunId"] as const) {
+        await rejectsWith(i.upsert({ ...r, [k]: nameOf(k, NAME + 1) }), C.invalidEntry, k);
+      }
+      assert.deepEqual(await i.get(r.key), r);
+    },
+  },
+];
+
+export const allCases: Case[] = [...storeCases, ...entryCases, ...orderCases, ...readAndRaceCases, ...pruneCases, ...forkCases, ...instanceCases, ...boundCases];
 
 /**
  * Runs cases against a factory until one fails and returns its id and

@@ -30,6 +30,8 @@ const faults: Fault[] = [
   "prune-by-created-at",
   "writer-after-entries",
   "append-not-atomic",
+  "ids-unbounded",
+  "instance-unbounded",
 ];
 
 describe("every broken in-memory store fails the suite", () => {

@@ -13,12 +13,14 @@ import {
   SandboxCheckpointWriterConflictError,
   SandboxCheckpointWriterLostError,
 } from "../src/errors.js";
-import { assertValidIdentifier, assertWriterThread, checkAppendInput, checkDeleteCheckpointsInput, checkDeleteHeadInput, checkForkInput, validateEntries, type WriterFields } from "../src/validate.js";
+import { assertInstanceKey, assertInstanceRecord, assertValidIdentifier, assertWriterThread, checkAppendInput, checkDeleteCheckpointsInput, checkDeleteHeadInput, checkForkInput, validateEntries, type WriterFields } from "../src/validate.js";
 import type { StoreSet } from "./conformance.js";
 
 /** Rules a mutant breaks; each must make at least one conformance case fail. */
 export type Fault =
   | "none"
+  | "instance-unbounded"
+  | "ids-unbounded"
   | "get-shares-memory"
   | "list-utf16-order"
   | "refs-count-duplicates"
@@ -109,8 +111,11 @@ export function memoryStoreSet(options: SandboxCheckpointStoreOptions, fault: Fa
         // Checks the entries before the writer's thread, against the contract's order.
         validateEntries(input.checkpoint.files);
       }
-      const { checkpoint: checked, expectedHeadId, parent, writer: w } = checkAppendInput(input);
-      const c = clone({ ...checked, parentCheckpointId: parent });
+      // ids-unbounded checks a checkpoint id cut to its first bytes, so an id
+      // past the bound passes as a store without the bound would let it.
+      const probe = fault === "ids-unbounded" && typeof input.checkpoint?.id === "string" ? { ...input, checkpoint: { ...input.checkpoint, id: input.checkpoint.id.slice(0, 8) } } : input;
+      const { checkpoint: checked, expectedHeadId, parent, writer: w } = checkAppendInput(probe);
+      const c = clone({ ...checked, id: input.checkpoint.id, parentCheckpointId: parent });
       c.createdAt = checked.createdAt;
       assertCurrent(w, c.threadId);
       if (fault === "parent-before-duplicate" && parent !== expectedHeadId) throw new SandboxCheckpointParentMismatchError();
@@ -227,15 +232,18 @@ export function memoryStoreSet(options: SandboxCheckpointStoreOptions, fault: Fa
     },
     instances: {
       async get(key) {
+        if (fault !== "instance-unbounded") assertInstanceKey(key);
         const r = instances.get(key);
         return r ? clone(r) : null;
       },
       async upsert(record) {
+        if (fault !== "instance-unbounded") assertInstanceRecord(record);
         const prev = instances.get(record.key);
         const next = clone(record);
         instances.set(record.key, fault === "instance-merges" && prev ? { ...prev, ...next } : next);
       },
       async delete(key) {
+        if (fault !== "instance-unbounded") assertInstanceKey(key);
         instances.delete(key);
       },
     },

@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/cairnstore/cairn"
 )
@@ -42,6 +43,11 @@ type Faults struct {
 	AcceptUpperHex      bool // blob digests may use A-F
 	AcceptUnsafeSize    bool // sizes up to MaxInt64 pass
 	SkipConversation    bool // conversations are not checked for valid JSON
+
+	// Bounds (cairn.MaxIDBytes and its siblings).
+	AcceptLongIDs            bool // Append accepts identifiers past cairn.MaxIDBytes
+	IDBoundAfterWriterThread bool // Append checks the identifiers' bound after the writer's thread
+	AcceptLongNames          bool // names and paths past their bounds are accepted
 
 	// Copies.
 	ShareFiles            bool // Get and List return the stored Files slice
@@ -249,24 +255,25 @@ func (s *Store) GetHead(ctx context.Context, thread string) (string, error) {
 	return s.heads[thread], nil
 }
 
-func (s *Store) checkIDs(in *cairn.AppendInput) error {
+// appendIDs returns the identifiers of an append that are checked, in the
+// contract's order: "" stands for an absent expected head or parent.
+func appendIDs(in *cairn.AppendInput) []string {
 	c := &in.Checkpoint
-	if err := cairn.ValidateID(c.ThreadID, "thread id"); err != nil {
-		return err
-	}
-	if err := cairn.ValidateID(in.Writer.ThreadID, "writer thread id"); err != nil {
-		return err
-	}
-	if err := cairn.ValidateID(c.ID, "checkpoint id"); err != nil {
-		return err
-	}
-	if in.ExpectedHeadID != "" {
-		if err := cairn.ValidateID(in.ExpectedHeadID, "expected head"); err != nil {
-			return err
+	return []string{c.ThreadID, in.Writer.ThreadID, c.ID, in.ExpectedHeadID, c.ParentCheckpointID}
+}
+
+func (s *Store) checkIDs(in *cairn.AppendInput) error {
+	for i, id := range appendIDs(in) {
+		if id == "" && i >= 3 {
+			continue // null
 		}
-	}
-	if c.ParentCheckpointID != "" {
-		if err := cairn.ValidateID(c.ParentCheckpointID, "parent"); err != nil {
+		if s.f.AcceptLongIDs || s.f.IDBoundAfterWriterThread {
+			if id == "" || !utf8.ValidString(id) {
+				return cairn.NewError(cairn.CodeInvalidID, "identifier %q", id)
+			}
+			continue
+		}
+		if err := cairn.ValidateID(id, "identifier"); err != nil {
 			return err
 		}
 	}
@@ -277,12 +284,28 @@ func (s *Store) checkWriterThread(in *cairn.AppendInput) error {
 	if in.Writer.ThreadID != in.Checkpoint.ThreadID {
 		return cairn.NewError(cairn.CodeWriterLost, "writer thread %q is not %q", in.Writer.ThreadID, in.Checkpoint.ThreadID)
 	}
+	if s.f.IDBoundAfterWriterThread {
+		for _, id := range appendIDs(in) {
+			if len(id) > cairn.MaxIDBytes {
+				return cairn.NewError(cairn.CodeInvalidID, "identifier of %d bytes", len(id))
+			}
+		}
+	}
 	return nil
 }
+
+// longName reports whether a name of n bytes is past its bound max, unless
+// the store accepts long names.
+func (s *Store) longName(n, max int) bool { return !s.f.AcceptLongNames && n > max }
 
 func (s *Store) checkContent(c *cairn.Checkpoint) error {
 	if err := cairn.ValidateCreatedAt(c.CreatedAt, "createdAt"); err != nil {
 		return err
+	}
+	for _, n := range []string{c.Reason, c.Label, c.SourceRunID} {
+		if s.longName(len(n), cairn.MaxNameBytes) {
+			return invalidEntry("a name of %d bytes", len(n))
+		}
 	}
 	if err := s.validateEntries(c.Files); err != nil {
 		return err
@@ -325,7 +348,7 @@ func (s *Store) size(n int64) bool {
 func (s *Store) validateEntries(files []cairn.Entry) error {
 	kinds := map[string]cairn.EntryKind{}
 	for _, e := range files {
-		if !s.validPath(e.Path) {
+		if !s.validPath(e.Path) || s.longName(len(e.Path), cairn.MaxPathBytes) {
 			return invalidEntry("path %q", e.Path)
 		}
 		if _, dup := kinds[e.Path]; dup {
@@ -363,7 +386,9 @@ func (s *Store) validateEntries(files []cairn.Entry) error {
 
 func (s *Store) validateArtifacts(arts []cairn.Artifact) error {
 	for _, a := range arts {
-		if cairn.ValidateID(a.ArtifactID, "") != nil || a.Name == "" || a.MimeType == "" ||
+		long := s.longName(len(a.ArtifactID), cairn.MaxNameBytes) || s.longName(len(a.Name), cairn.MaxNameBytes) ||
+			s.longName(len(a.MimeType), cairn.MaxNameBytes)
+		if long || a.ArtifactID == "" || !utf8.ValidString(a.ArtifactID) || a.Name == "" || a.MimeType == "" ||
 			!s.blobKey(a.BlobKey, cairn.ArtifactBlobPrefix) || !s.size(a.Size) ||
 			math.IsNaN(a.CreatedAt) || math.IsInf(a.CreatedAt, 0) {
 			return invalidEntry("artifact %q", a.ArtifactID)

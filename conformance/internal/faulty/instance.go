@@ -14,6 +14,7 @@ type InstanceFaults struct {
 	ShareRecords   bool // Get returns the stored record itself
 	DeletePrefix   bool // Delete removes every key that starts with the key
 	MissingAsEmpty bool // Get of a missing key returns an empty record
+	Unbounded      bool // keys and fields past their bounds are accepted
 }
 
 // InstanceStore is an in-memory cairn.InstanceStore with switchable faults.
@@ -30,6 +31,9 @@ func NewInstanceStore(f InstanceFaults) *InstanceStore {
 
 // Get implements cairn.InstanceStore.
 func (s *InstanceStore) Get(ctx context.Context, key string) (*cairn.InstanceRecord, error) {
+	if err := s.checkKey(key); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rec, ok := s.recs[key]
@@ -47,6 +51,14 @@ func (s *InstanceStore) Get(ctx context.Context, key string) (*cairn.InstanceRec
 
 // Upsert implements cairn.InstanceStore.
 func (s *InstanceStore) Upsert(ctx context.Context, rec cairn.InstanceRecord) error {
+	if err := s.checkKey(rec.Key); err != nil {
+		return err
+	}
+	for _, f := range []string{rec.Provider, rec.ProviderSandboxID, rec.LatestSnapshotID, rec.ThreadID, rec.LatestRunID} {
+		if !s.f.Unbounded && len(f) > cairn.MaxNameBytes {
+			return cairn.NewError(cairn.CodeInvalidEntry, "a field of %d bytes", len(f))
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if old, ok := s.recs[rec.Key]; ok && s.f.MergeUpsert {
@@ -63,12 +75,24 @@ func (s *InstanceStore) Upsert(ctx context.Context, rec cairn.InstanceRecord) er
 
 // Delete implements cairn.InstanceStore.
 func (s *InstanceStore) Delete(ctx context.Context, key string) error {
+	if err := s.checkKey(key); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for k := range s.recs {
 		if k == key || s.f.DeletePrefix && strings.HasPrefix(k, key) {
 			delete(s.recs, k)
 		}
+	}
+	return nil
+}
+
+// checkKey refuses a key past cairn.MaxIDBytes, unless the store is
+// unbounded.
+func (s *InstanceStore) checkKey(key string) error {
+	if !s.f.Unbounded && len(key) > cairn.MaxIDBytes {
+		return cairn.NewError(cairn.CodeInvalidID, "a key of %d bytes", len(key))
 	}
 	return nil
 }

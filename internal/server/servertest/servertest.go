@@ -3,8 +3,10 @@
 package servertest
 
 import (
+	"bytes"
 	"context"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -83,4 +85,24 @@ func start(t testing.TB, cli *clientv3.Client, configure func(*server.Config)) *
 		}
 	})
 	return &Env{URL: hs.URL, Server: srv, HTTP: hs, Etcd: cli, Registry: reg}
+}
+
+// LogBuffer is a log sink that tests read while the server's goroutines
+// write to it.
+type LogBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *LogBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// String returns everything written so far.
+func (l *LogBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
