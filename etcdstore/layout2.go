@@ -115,10 +115,14 @@ func (s *Store) useObjects(n int) bool { return s.objects != nil && n > s.inline
 // claim has committed, while later batches are still being claimed: no
 // object is put (the bucket consulted for its key) before its claim is
 // committed. Keys a sweep is deleting are waited for and claimed again, then
-// put.
+// put. Before its first object the store binds itself to the bucket
+// (bucket.BindStore).
 func (s *Store) putObjects(ctx context.Context, w cairn.Writer, objs []object) error {
 	if len(objs) == 0 {
 		_, err := s.claim(ctx, w, nil)
+		return err
+	}
+	if err := s.bindObjects(ctx); err != nil {
 		return err
 	}
 	byDigest := make(map[keys.Digest]int, len(objs))

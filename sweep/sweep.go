@@ -101,6 +101,13 @@ type Options struct {
 	// Logger receives the sweep's log records. Nil discards them.
 	Logger *slog.Logger
 
+	// Others are the other stores whose keys the bucket holds, swept together
+	// with the store Sweep is given: a key is kept while any of them
+	// references or claims it (docs/design.md, "A bucket shared by several
+	// stores"). Each must implement cairn.BlobCollector when that store
+	// does, and none otherwise.
+	Others []References
+
 	// hooks lets the package's tests stop the online sweep between its steps.
 	hooks *hooks
 }
@@ -185,6 +192,16 @@ type Report struct {
 	// Batches is the number of batches sent (or, in a dry run, passed over).
 	Batches int `json:"batches"`
 
+	// Bindings are the stores the bucket is bound to (bucket.Bindings), as
+	// listed after the objects.
+	Bindings []cairn.Binding `json:"bindings"`
+	// Uncovered are the Bindings this sweep does not cover; when there are
+	// any, the sweep refused (ErrUncovered) and deleted nothing.
+	Uncovered []cairn.Binding `json:"uncovered"`
+	// Unregistered says the bucket has objects and bindings (or a store
+	// with a binding) but no registry marker: the sweep refused.
+	Unregistered bool `json:"unregistered"`
+
 	// ListDuration, ReferencesDuration and DeleteDuration time the three
 	// phases; Duration the whole sweep.
 	ListDuration       time.Duration `json:"listDuration"`
@@ -217,6 +234,9 @@ func (r Report) LogValue() slog.Value {
 		slog.Int("unsettled", r.Unsettled),
 		slog.Int("aborted", len(r.Aborted)),
 		slog.Int("batches", r.Batches),
+		slog.Int("bindings", len(r.Bindings)),
+		slog.Int("uncovered", len(r.Uncovered)),
+		slog.Bool("unregistered", r.Unregistered),
 		slog.String("duration", r.Duration.String()),
 	)
 }
@@ -295,6 +315,7 @@ func Sweep(ctx context.Context, refs References, blobs Blobs, opts Options) (Rep
 	} else {
 		err = s.run(ctx)
 	}
+	s.endMarker(ctx, err)
 	rep.Duration = time.Since(began)
 	return rep, err
 }
@@ -310,6 +331,13 @@ type sweeper struct {
 	log       *slog.Logger
 	rep       *Report
 	began     time.Time
+	// marker is the key of the sweep's marker in the bucket, once written.
+	marker string
+}
+
+// stores returns the stores the sweep covers: refs, then Options.Others.
+func (s *sweeper) stores() []References {
+	return append([]References{s.refs}, s.opts.Others...)
 }
 
 func (s *sweeper) run(ctx context.Context) error {
@@ -346,6 +374,9 @@ func (s *sweeper) startAndList(ctx context.Context, protocol string) ([]candidat
 	rep.ListDuration = time.Since(t)
 	if err != nil {
 		s.log.ErrorContext(ctx, "sweep aborted: listing failed, nothing deleted", "phase", "list", "error", err)
+		return nil, err
+	}
+	if err := s.checkBindings(ctx); err != nil {
 		return nil, err
 	}
 	old := len(cands)
