@@ -103,13 +103,16 @@ type Options struct {
 
 	// Others are the other stores whose keys the bucket holds, swept together
 	// with the store Sweep is given: a key is kept while any of them
-	// references or claims it (docs/design.md, "A bucket shared by several
-	// stores"). Each must implement cairn.BlobCollector when that store
-	// does, and none otherwise.
-	Others []References
+	// references or claims it, and every GC record is moved in each of them
+	// (docs/design.md, "A bucket shared by several stores"). Either every
+	// store implements cairn.BlobCollector or none does.
+	Others []Other
 
 	// hooks lets the package's tests stop the online sweep between its steps.
 	hooks *hooks
+	// ignoreBindings is a deliberately broken sweep, for the tests that show
+	// the bindings are needed: it neither writes a marker nor refuses.
+	ignoreBindings bool
 }
 
 // The sweep's errors, matched with errors.Is.
@@ -308,8 +311,19 @@ func Sweep(ctx context.Context, refs References, blobs Blobs, opts Options) (Rep
 	if err != nil {
 		return rep, err
 	}
-	s := &sweeper{refs: refs, blobs: blobs, opts: opts, log: opts.Logger, rep: &rep, began: began}
-	if col, ok := refs.(cairn.BlobCollector); ok {
+	s := &sweeper{refs: refs, blobs: blobs, opts: opts, log: opts.Logger, rep: &rep, began: began, members: []References{refs}}
+	if len(opts.Others) > 0 {
+		u, err := newUnion(refs, opts)
+		if err != nil {
+			return rep, err
+		}
+		for _, o := range opts.Others {
+			s.members = append(s.members, o.Store)
+		}
+		// The union applies each store's Released itself.
+		s.refs, s.opts.Released = u, nil
+	}
+	if col, ok := s.refs.(cairn.BlobCollector); ok {
 		s.col, s.keepYoung = col, true
 		err = s.runOnline(ctx)
 	} else {
@@ -333,11 +347,8 @@ type sweeper struct {
 	began     time.Time
 	// marker is the key of the sweep's marker in the bucket, once written.
 	marker string
-}
-
-// stores returns the stores the sweep covers: refs, then Options.Others.
-func (s *sweeper) stores() []References {
-	return append([]References{s.refs}, s.opts.Others...)
+	// members are the stores the sweep covers: Sweep's, then Options.Others.
+	members []References
 }
 
 func (s *sweeper) run(ctx context.Context) error {
