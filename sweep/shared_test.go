@@ -1,9 +1,7 @@
 package sweep_test
 
 import (
-	"encoding/json"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -12,14 +10,9 @@ import (
 	"github.com/cairnstore/cairn/bucket"
 	"github.com/cairnstore/cairn/etcdstore"
 	"github.com/cairnstore/cairn/internal/embedetcd"
+	"github.com/cairnstore/cairn/internal/sharedtest"
 	"github.com/cairnstore/cairn/sweep"
 )
-
-// sharedStore is a store of a shared-bucket scenario: the protocol, and
-// whatever binding it has.
-type sharedStore interface {
-	protocolStore
-}
 
 // unbound hides a store's binding: a broken store that writes to a bucket
 // without recording its binding there.
@@ -28,20 +21,22 @@ type unbound struct{ protocolStore }
 // sharedFactory returns the store of tenant on the shared bucket blobs; a
 // store that keeps body objects keeps them in blobs too, unless broken: a
 // broken store records no binding (the caller hides its cairn.Bound).
-type sharedFactory func(t *testing.T, tenant string, blobs *bucket.Memory, broken bool) sharedStore
+type sharedFactory func(t *testing.T, tenant string, blobs *bucket.Memory, broken bool) protocolStore
 
-func memorySharedFactory(t *testing.T, tenant string, _ *bucket.Memory, _ bool) sharedStore {
-	t.Helper()
-	s, err := cairn.NewMemoryStore(cairn.Options{Binding: cairn.Binding{Cluster: "memory-shared", Prefix: tenant}})
-	if err != nil {
-		t.Fatal(err)
+func memorySharedFactory(*testing.T) sharedFactory {
+	return func(t *testing.T, tenant string, _ *bucket.Memory, _ bool) protocolStore {
+		t.Helper()
+		s, err := cairn.NewMemoryStore(cairn.Options{Binding: cairn.Binding{Cluster: "memory-shared", Prefix: tenant}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
 	}
-	return s
 }
 
 func etcdSharedFactory(t *testing.T) sharedFactory {
 	_, cli := embedetcd.ForTest(t)
-	return func(t *testing.T, tenant string, blobs *bucket.Memory, broken bool) sharedStore {
+	return func(t *testing.T, tenant string, blobs *bucket.Memory, broken bool) protocolStore {
 		t.Helper()
 		opts := etcdstore.Options{Objects: blobs}
 		if broken {
@@ -57,25 +52,12 @@ func etcdSharedFactory(t *testing.T) sharedFactory {
 	}
 }
 
-// sharedTenant is one tenant of the scenario and what it wrote.
-type sharedTenant struct {
-	name    string
-	store   sharedStore
-	ckpt    string   // its checkpoint's id
-	keys    []string // the blob keys its checkpoint references
-	garbage []string // blobs it uploaded and does not reference
-}
-
-// sharedWorld writes, for each of tenants, one checkpoint of files files
-// (one of them with the same bytes in every tenant) and a 200 KiB
-// conversation, each file uploaded with bucket.UploadBlobs, plus one blob it
-// uploads and never references; the bucket is shared. A tenant named with a
-// leading "!" does not record its binding.
-func sharedWorld(t *testing.T, newStore sharedFactory, files int, tenants ...string) (*bucket.Memory, []*sharedTenant) {
+// sharedWorld writes sharedtest's scenario for each of tenants on one new
+// bucket. A tenant named with a leading "!" does not record its binding.
+func sharedWorld(t *testing.T, newStore sharedFactory, files int, tenants ...string) (*bucket.Memory, []*sharedtest.Tenant) {
 	t.Helper()
-	ctx := t.Context()
 	blobs := bucket.NewMemory(nil)
-	var out []*sharedTenant
+	var out []*sharedtest.Tenant
 	for _, name := range tenants {
 		broken := strings.HasPrefix(name, "!")
 		name = strings.TrimPrefix(name, "!")
@@ -83,79 +65,9 @@ func sharedWorld(t *testing.T, newStore sharedFactory, files int, tenants ...str
 		if broken {
 			st = unbound{st}
 		}
-		tn := &sharedTenant{name: name, store: st, ckpt: name + "-1"}
-		var up []bucket.Blob
-		cp := cairn.Checkpoint{ID: tn.ckpt, ThreadID: "thread", CreatedAt: 1, Reason: cairn.ReasonAutomatic}
-		for i := range files {
-			data := []byte(fmt.Sprintf("%s file %d", name, i))
-			if i == 0 {
-				data = []byte("the same bytes in every tenant")
-			}
-			b := bucket.FileBlob(data)
-			up = append(up, b)
-			tn.keys = append(tn.keys, b.Key)
-			cp.Files = append(cp.Files, cairn.Entry{Path: fmt.Sprintf("dir/f%04d", i), Kind: cairn.KindFile, BlobKey: b.Key, Size: int64(len(data))})
-		}
-		g := bucket.ArtifactBlob([]byte(name + " uploaded and never referenced"))
-		up = append(up, g)
-		tn.garbage = []string{g.Key}
-		conv, _ := json.Marshal([]string{strings.Repeat(name+" says something. ", 200<<10/(len(name)+16))})
-		cp.Conversation = conv
-		lease, err := st.AcquireWriter(ctx, "thread")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := bucket.UploadBlobs(ctx, st, lease.Writer, blobs, up); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := st.Append(ctx, cairn.AppendInput{Checkpoint: cp, Writer: lease.Writer}); err != nil {
-			t.Fatal(err)
-		}
-		lease.Release(ctx)
-		slices.Sort(tn.keys)
-		out = append(out, tn)
+		out = append(out, sharedtest.Write(t, st, name, blobs, files))
 	}
 	return blobs, out
-}
-
-// readable returns the first reason a tenant's checkpoint cannot be read and
-// restored: the store cannot read it, or a blob it references is gone.
-func (tn *sharedTenant) readable(t *testing.T, blobs *bucket.Memory) error {
-	t.Helper()
-	cp, err := tn.store.Get(t.Context(), tn.ckpt)
-	if err != nil {
-		return fmt.Errorf("%s: %w", tn.name, err)
-	}
-	for _, k := range cp.BlobKeys() {
-		if _, err := bucket.ReadBlob(t.Context(), blobs, k); err != nil {
-			return fmt.Errorf("%s: %w", tn.name, err)
-		}
-	}
-	return nil
-}
-
-func allReadable(t *testing.T, blobs *bucket.Memory, tenants []*sharedTenant) error {
-	t.Helper()
-	for _, tn := range tenants {
-		if err := tn.readable(t, blobs); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func contentKeys(t *testing.T, blobs *bucket.Memory) []string {
-	t.Helper()
-	var out []string
-	for _, prefix := range sweep.Prefixes {
-		for o, err := range bucket.Objects(t.Context(), blobs, prefix, 0) {
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, o.Key)
-		}
-	}
-	return out
 }
 
 // TestSharedBucket is issue #25's scenario: several stores (cairnd's tenants,
@@ -168,30 +80,30 @@ func TestSharedBucket(t *testing.T) {
 		newStore func(t *testing.T) sharedFactory
 		files    int
 	}{
-		{"Memory", func(*testing.T) sharedFactory { return memorySharedFactory }, 50},
+		{"Memory", memorySharedFactory, 50},
 		{"Etcd", etcdSharedFactory, 500},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Run("OneTenantRefuses", func(t *testing.T) {
 				blobs, tenants := sharedWorld(t, tc.newStore(t), tc.files, "tenant-a/", "tenant-b/", "tenant-c/")
-				before := contentKeys(t, blobs)
+				before := sharedtest.ContentKeys(t, blobs)
 				for _, dry := range []bool{true, false} {
-					rep, err := sweep.Sweep(t.Context(), tenants[0].store, blobs, sweep.Options{DryRun: dry})
+					rep, err := sweep.Sweep(t.Context(), tenants[0].Store, blobs, sweep.Options{DryRun: dry})
 					var ue *sweep.UncoveredError
 					if !errors.Is(err, sweep.ErrUncovered) || !errors.As(err, &ue) {
 						t.Fatalf("dry run %v: Sweep of tenant-a alone = %v; want ErrUncovered", dry, err)
 					}
-					if got := prefixesOf(rep.Uncovered); !slices.Equal(got, []string{"tenant-b/", "tenant-c/"}) || !slices.Equal(prefixesOf(ue.Uncovered), got) {
+					if got := sharedtest.Prefixes(rep.Uncovered); !slices.Equal(got, []string{"tenant-b/", "tenant-c/"}) || !slices.Equal(sharedtest.Prefixes(ue.Uncovered), got) {
 						t.Fatalf("dry run %v: uncovered %q, error %v; want tenant-b/ and tenant-c/", dry, got, ue)
 					}
 					if len(rep.Deleted) > 0 || rep.Marked > 0 {
 						t.Fatalf("dry run %v: a refused sweep deleted %d and marked %d", dry, len(rep.Deleted), rep.Marked)
 					}
 				}
-				if after := contentKeys(t, blobs); !slices.Equal(after, before) {
+				if after := sharedtest.ContentKeys(t, blobs); !slices.Equal(after, before) {
 					t.Fatalf("a refused sweep changed the bucket: %d keys, then %d", len(before), len(after))
 				}
-				if err := allReadable(t, blobs, tenants); err != nil {
+				if err := sharedtest.AllReadable(t.Context(), blobs, tenants); err != nil {
 					t.Fatal(err)
 				}
 			})
@@ -202,25 +114,24 @@ func TestSharedBucket(t *testing.T) {
 					var others []sweep.Other
 					for i, tn := range tenants {
 						if i != first {
-							others = append(others, sweep.Other{Store: tn.store})
+							others = append(others, sweep.Other{Store: tn.Store})
 						}
 					}
-					rep, err := sweep.Sweep(t.Context(), tenants[first].store, blobs, sweep.Options{Others: others})
-					if err != nil {
-						t.Fatalf("sweep from %s: %v", tenants[first].name, err)
-					}
-					var want []string
-					if first == 0 {
-						for _, tn := range tenants {
-							want = append(want, tn.garbage...)
+					for _, dry := range []bool{true, false} {
+						rep, err := sweep.Sweep(t.Context(), tenants[first].Store, blobs, sweep.Options{Others: others, DryRun: dry})
+						if err != nil {
+							t.Fatalf("sweep from %s (dry run %v): %v", tenants[first].Name, dry, err)
 						}
-						slices.Sort(want)
-					}
-					if !slices.Equal(rep.Deleted, want) {
-						t.Fatalf("sweep from %s deleted %q; want %q", tenants[first].name, rep.Deleted, want)
-					}
-					if err := allReadable(t, blobs, tenants); err != nil {
-						t.Fatalf("after the sweep from %s: %v", tenants[first].name, err)
+						var want []string
+						if first == 0 {
+							want = sharedtest.Garbage(tenants)
+						}
+						if !slices.Equal(rep.Deleted, want) {
+							t.Fatalf("sweep from %s (dry run %v) deleted %q; want %q", tenants[first].Name, dry, rep.Deleted, want)
+						}
+						if err := sharedtest.AllReadable(t.Context(), blobs, tenants); err != nil {
+							t.Fatalf("after the sweep from %s: %v", tenants[first].Name, err)
+						}
 					}
 				}
 			})
@@ -228,10 +139,10 @@ func TestSharedBucket(t *testing.T) {
 			// scenario above, so the scenario catches each.
 			t.Run("BrokenSweepIgnoringBindingsLoses", func(t *testing.T) {
 				blobs, tenants := sharedWorld(t, tc.newStore(t), tc.files, "tenant-a/", "tenant-b/")
-				if _, err := sweep.Sweep(t.Context(), tenants[0].store, blobs, sweep.IgnoringBindings(sweep.Options{})); err != nil {
+				if _, err := sweep.Sweep(t.Context(), tenants[0].Store, blobs, sweep.IgnoringBindings(sweep.Options{})); err != nil {
 					t.Fatal(err)
 				}
-				if err := tenants[1].readable(t, blobs); err == nil {
+				if err := tenants[1].Readable(t.Context(), blobs); err == nil {
 					t.Fatal("a sweep that ignores the bindings lost nothing: the scenario has no teeth")
 				} else {
 					t.Logf("a sweep that ignores the bindings: %v", err)
@@ -239,10 +150,10 @@ func TestSharedBucket(t *testing.T) {
 			})
 			t.Run("BrokenStoreNotRecordingItsBindingLoses", func(t *testing.T) {
 				blobs, tenants := sharedWorld(t, tc.newStore(t), tc.files, "tenant-a/", "!tenant-b/")
-				if _, err := sweep.Sweep(t.Context(), tenants[0].store, blobs, sweep.Options{}); err != nil {
+				if _, err := sweep.Sweep(t.Context(), tenants[0].Store, blobs, sweep.Options{}); err != nil {
 					t.Fatal(err)
 				}
-				if err := tenants[1].readable(t, blobs); err == nil {
+				if err := tenants[1].Readable(t.Context(), blobs); err == nil {
 					t.Fatal("a store that does not record its binding lost nothing: the scenario has no teeth")
 				} else {
 					t.Logf("a store that does not record its binding: %v", err)
@@ -252,10 +163,37 @@ func TestSharedBucket(t *testing.T) {
 	}
 }
 
-func prefixesOf(bs []cairn.Binding) []string {
-	var out []string
-	for _, b := range bs {
-		out = append(out, b.Prefix)
+// TestSharedBucketTwoClusters: the same prefix on two etcd clusters, one
+// bucket. A sweep of either store alone refuses, naming the other cluster's
+// binding; a sweep given both deletes exactly their garbage.
+func TestSharedBucketTwoClusters(t *testing.T) {
+	blobs := bucket.NewMemory(nil)
+	var tenants []*sharedtest.Tenant
+	for range 2 {
+		_, cli := embedetcd.ForTest(t)
+		s, err := etcdstore.New(cli, "tenant/", etcdstore.Options{Objects: blobs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		tenants = append(tenants, sharedtest.Write(t, s, "tenant/", blobs, 300))
 	}
-	return out
+	for i, tn := range tenants {
+		rep, err := sweep.Sweep(t.Context(), tn.Store, blobs, sweep.Options{})
+		other, _, _ := tenants[1-i].Store.(cairn.Bound).BucketBinding(t.Context())
+		if !errors.Is(err, sweep.ErrUncovered) || !slices.Equal(rep.Uncovered, []cairn.Binding{other}) {
+			t.Fatalf("sweep of cluster %d alone: %v, uncovered %v; want ErrUncovered naming %v", i, err, rep.Uncovered, other)
+		}
+	}
+	rep, err := sweep.Sweep(t.Context(), tenants[0].Store, blobs, sweep.Options{Others: []sweep.Other{{Store: tenants[1].Store}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Both tenants wrote the same garbage bytes: one key.
+	if want := slices.Compact(sharedtest.Garbage(tenants)); !slices.Equal(rep.Deleted, want) {
+		t.Fatalf("deleted %q; want %q", rep.Deleted, want)
+	}
+	if err := sharedtest.AllReadable(t.Context(), blobs, tenants); err != nil {
+		t.Fatal(err)
+	}
 }
