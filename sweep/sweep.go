@@ -293,6 +293,10 @@ func (o Options) validate() (Options, error) {
 //     ErrInvalidArgument before anything is listed.
 //  2. Take now from opts.Now.
 //  3. List both prefixes. A listing error aborts the sweep before any delete.
+//     Then list the bucket's bindings; a binding of a store the sweep does
+//     not cover (the store and Options.Others), or objects without the
+//     registry's marker, refuse the sweep with an *UncoveredError matching
+//     ErrUncovered before any write.
 //  4. Read the store's references. An error aborts the sweep before any
 //     delete.
 //  5. Delete the candidates in key order, in batches of opts.BatchSize keys,
