@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/bucket"
@@ -70,6 +71,24 @@ func blobPool(t *testing.T, b bucket.Putter) []bucket.Blob {
 		t.Fatal(err)
 	}
 	return blobs
+}
+
+// bindPrefix binds the store of prefix (on cli's cluster) to bkt, as writers
+// do before their first upload (bucket.UploadBlobs does), for tests that put
+// blobs into the bucket themselves: a sweep refuses a bucket whose objects no
+// binding registry covers.
+func bindPrefix(t *testing.T, cli *clientv3.Client, prefix string, bkt bucket.Binder) {
+	t.Helper()
+	st, err := etcdstore.New(cli, prefix, etcdstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := bucket.BindStore(ctx, st, bkt); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func newS3(t *testing.T) (*bucket.S3, *s3test.Server) {
@@ -350,6 +369,12 @@ func TestFaultCampaign(t *testing.T) {
 // its own.
 func faultCampaign(t *testing.T, cluster *harness.Cluster, prefix string, objects bool, d time.Duration) {
 	bkt, srv := newS3(t)
+	cli, err := cluster.Client(cluster.Endpoints()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bindPrefix(t, cli, prefix, bkt)
+	cli.Close()
 	blobs := blobPool(t, bkt)
 	c := newCampaign(t, cluster.Endpoints(), prefix, blobs)
 	defer c.closeStores()

@@ -201,6 +201,9 @@ func newOnlineEnv(t *testing.T, cluster *harness.Cluster, bin, prefix string, cl
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
+	// Writers that claim bind at their first upload; those that do not
+	// (PutBlobs) are writers of this release that skip the claim.
+	bindPrefix(t, cli, prefix, bkt)
 	e := &onlineEnv{t: t, cluster: cluster, bin: bin, srv: srv, bkt: bkt, prefix: prefix, layout: keys.NewLayout(prefix),
 		claims: claims, cli: cli, content: map[string][]byte{}}
 	for i := range onlinePool {

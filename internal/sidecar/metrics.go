@@ -6,6 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/cairnstore/cairn/sweep"
 )
 
 // MetricPrefix starts the name of every metric of the sweeper.
@@ -175,16 +177,16 @@ func (m *Metrics) observe(rep RunReport, err error) {
 		return
 	}
 	m.duration.Observe(rep.Duration.Seconds())
-	m.pruned.Add(float64(rep.Prune.Removed))
-	m.busyThreadsSkipped.Add(float64(len(rep.Prune.Busy)))
 	policy := rep.Policy
 	if policy == "" {
 		policy = "default"
 	}
-	m.policyCheckpoints.WithLabelValues(policy).Add(float64(rep.Prune.Removed))
-	m.policyThreads.WithLabelValues(policy).Add(float64(rep.Prune.ThreadsDeleted))
-	m.policyProtected.WithLabelValues(policy).Add(float64(rep.Prune.Protected))
-	m.policyBusy.WithLabelValues(policy).Add(float64(len(rep.Prune.Busy)))
+	m.observePrune(policy, rep.Prune)
+	for i, p := range rep.OtherPrunes {
+		if i < len(rep.OtherPolicies) {
+			m.observePrune(rep.OtherPolicies[i], p)
+		}
+	}
 	if rep.Swept {
 		m.policyBlobs.WithLabelValues(policy).Add(float64(len(rep.Sweep.Deleted)))
 		m.policyBytes.WithLabelValues(policy).Add(float64(rep.Sweep.BytesFreed))
@@ -212,4 +214,14 @@ func (m *Metrics) observe(rep RunReport, err error) {
 		m.verifyProblems.Set(float64(len(rep.Verify.Problems)))
 		m.verifyRepaired.Add(float64(rep.Verify.Repaired))
 	}
+}
+
+// observePrune records one prefix's prune, under its policy's name.
+func (m *Metrics) observePrune(policy string, p sweep.PruneReport) {
+	m.pruned.Add(float64(p.Removed))
+	m.busyThreadsSkipped.Add(float64(len(p.Busy)))
+	m.policyCheckpoints.WithLabelValues(policy).Add(float64(p.Removed))
+	m.policyThreads.WithLabelValues(policy).Add(float64(p.ThreadsDeleted))
+	m.policyProtected.WithLabelValues(policy).Add(float64(p.Protected))
+	m.policyBusy.WithLabelValues(policy).Add(float64(len(p.Busy)))
 }

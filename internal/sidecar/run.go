@@ -144,12 +144,14 @@ type RunReport struct {
 	// Pruned and Swept say the phases ran (perhaps not to the end).
 	Pruned bool              `json:"pruned"`
 	Prune  sweep.PruneReport `json:"prune"`
-	// OtherPrunes are the prunes of RunOptions.Others, in their order.
-	OtherPrunes []sweep.PruneReport     `json:"otherPrunes,omitempty"`
-	Swept       bool                    `json:"swept"`
-	Sweep       sweep.Report            `json:"sweep"`
-	Verify      *etcdstore.VerifyReport `json:"verify,omitempty"`
-	Start       time.Time               `json:"start"`
+	// OtherPrunes are the prunes of RunOptions.Others, in their order, and
+	// OtherPolicies their policy names.
+	OtherPrunes   []sweep.PruneReport     `json:"otherPrunes,omitempty"`
+	OtherPolicies []string                `json:"otherPolicies,omitempty"`
+	Swept         bool                    `json:"swept"`
+	Sweep         sweep.Report            `json:"sweep"`
+	Verify        *etcdstore.VerifyReport `json:"verify,omitempty"`
+	Start         time.Time               `json:"start"`
 	// Duration is the time from taking the lock to the end of the run.
 	Duration time.Duration `json:"duration"`
 }
@@ -254,6 +256,9 @@ func (s *Sweeper) phases(ctx, stop context.Context, held *heldLock, st *Status, 
 		}
 	}
 	rep.OtherPrunes = make([]sweep.PruneReport, len(s.opts.Others))
+	for _, o := range s.opts.Others {
+		rep.OtherPolicies = append(rep.OtherPolicies, o.PolicyName)
+	}
 	for i, o := range s.opts.Others {
 		if !hasRule(o.Policy) && o.Apply == nil {
 			continue

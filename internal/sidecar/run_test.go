@@ -601,3 +601,46 @@ func equal[T comparable](t *testing.T, what string, got, want T) {
 		t.Errorf("%s = %v; want %v", what, got, want)
 	}
 }
+
+// TestRunSharedBucket: a second prefix bound to the fixture's bucket makes a
+// run of the fixture's prefix alone refuse to sweep (ExitUncovered, the
+// metrics, a log line naming the bucket and the prefix), in a dry run too,
+// deleting no blob; a run that has the second prefix among its Others prunes
+// both and sweeps the bucket.
+func TestRunSharedBucket(t *testing.T) {
+	_, client := embedetcd.ForTest(t)
+	f := newFixture(t, client, true)
+	other := newFixture(t, client, false)
+	if err := bucket.BindStore(t.Context(), other.store, f.mem); err != nil {
+		t.Fatal(err)
+	}
+	before := f.keys(t)
+	for _, dry := range []bool{true, false} {
+		m := NewMetrics(dry)
+		rep, err := f.sweeper(t, RunOptions{Keep: 1, OlderThan: 0, DryRun: dry, Bucket: "shared"}, m).Run(t.Context(), t.Context(), LockMode{})
+		if !errors.Is(err, sweep.ErrUncovered) || ExitCode(err) != ExitUncovered {
+			t.Fatalf("dry run %v: err = %v; want ErrUncovered", dry, err)
+		}
+		equal(t, "uncovered", sweep.FormatBindings(rep.Sweep.Uncovered), sweep.FormatBindings(rep.Sweep.Bindings[1:]))
+		equal(t, "uncovered_bindings", gauge(t, m, "uncovered_bindings"), 1)
+		equal(t, "uncovered runs", gauge(t, m, `runs_total{result="uncovered"}`), 1)
+		if !strings.Contains(f.log.String(), `"msg":"sweep refused: the bucket is bound to prefixes this sweeper does not serve; nothing deleted"`) ||
+			!strings.Contains(f.log.String(), `"bucket":"shared"`) || !strings.Contains(f.log.String(), other.prefix) {
+			t.Fatalf("dry run %v: no log line names the bucket and %s:\n%s", dry, other.prefix, f.log.String())
+		}
+	}
+	// The refused run pruned its own prefix, which deletes no bytes; the
+	// blobs wait for a run that covers the bucket.
+	equal(t, "blobs left", len(f.keys(t)), len(before))
+	equal(t, "checkpoints of alpha", f.checkpoints(t, "alpha"), 1)
+
+	m := NewMetrics(false)
+	rep, err := f.sweeper(t, RunOptions{Keep: 1, OlderThan: 0, Others: []OtherTarget{{Store: other.store, Policy: sweep.Policy{Keep: 1}, PolicyName: "other"}}}, m).
+		Run(t.Context(), t.Context(), LockMode{})
+	if err != nil {
+		t.Fatalf("Run with the other prefix covered: %v", err)
+	}
+	equal(t, "deleted", len(rep.Sweep.Deleted), len(f.orphans)+len(f.prunedOnly))
+	equal(t, "uncovered_bindings", gauge(t, m, "uncovered_bindings"), 0)
+	equal(t, "other policy series", gauge(t, m, `policy_checkpoints_removed_total{policy="other"}`), 0)
+}
