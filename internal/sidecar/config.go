@@ -278,8 +278,12 @@ Static S3 credentials come from %s and
 %s, else from the AWS SDK's default chain
 (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, shared files, roles).
 
+Prefixes of --policy-file that share a bucket are swept together; a sweep
+refuses (exit 5) in a bucket bound to a prefix it does not serve.
+
 Exit codes: 0 done, 1 failed, 2 usage, 3 some blobs not deleted, 4 --verify
-found problems, 11 another sweeper holds the lock, 130 interrupted.
+found problems, 5 the bucket is bound to prefixes this sweeper does not
+serve (nothing deleted), 11 another sweeper holds the lock, 130 interrupted.
 
 Flags:
 `, cli.EnvName("etcd-endpoints"), cli.EnvS3AccessKeyID, cli.EnvS3SecretAccessKey)
