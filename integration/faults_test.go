@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -463,7 +464,7 @@ func faultCampaign(t *testing.T, cluster *harness.Cluster, prefix string, object
 	} else {
 		t.Logf("sweeper: %s", verified[0])
 	}
-	checkReferencedBlobsKept(t, ctx, checker, bkt)
+	checkReferencedBlobsKept(t, ctx, bkt, checker)
 	if objects {
 		c.checkReadBack(ctx, bkt)
 	}
@@ -550,15 +551,21 @@ func checkMembersAgree(t *testing.T, ctx context.Context, cluster *harness.Clust
 
 // checkReferencedBlobsKept checks that each blob a checkpoint references is
 // still in the bucket.
-func checkReferencedBlobsKept(t *testing.T, ctx context.Context, store *etcdstore.Store, bkt *bucket.S3) {
+func checkReferencedBlobsKept(t *testing.T, ctx context.Context, bkt *bucket.S3, stores ...*etcdstore.Store) {
 	t.Helper()
-	refs, err := store.ListBlobReferences(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range refs {
-		if _, err := bkt.Head(ctx, r.Key); err != nil {
-			t.Errorf("blob %s has %d references but the bucket lost it: %v", r.Key, r.References, err)
+	var refs []string // distinct, over the stores that share the bucket
+	for _, store := range stores {
+		list, err := store.ListBlobReferences(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range list {
+			if _, err := bkt.Head(ctx, r.Key); err != nil {
+				t.Errorf("blob %s has %d references but the bucket lost it: %v", r.Key, r.References, err)
+			}
+			if !slices.Contains(refs, r.Key) {
+				refs = append(refs, r.Key)
+			}
 		}
 	}
 	left := 0
