@@ -50,8 +50,11 @@ const (
 )
 
 // ObjectStore is the bucket that keeps a store's body objects: reads and
-// conditional puts are all the store needs of it. *bucket.S3 and
-// *bucket.Memory implement it.
+// conditional puts are all the store needs of it for the objects.
+// *bucket.S3 and *bucket.Memory implement it. Before its first object the
+// store binds itself to the bucket (bucket.BindStore), which also lists: an
+// ObjectStore that is not a bucket.Lister fails that first write with
+// bucket.ErrCannotBind.
 type ObjectStore interface {
 	bucket.Reader
 	bucket.Putter
