@@ -41,6 +41,7 @@ func TestMemoryStoreConformance(t *testing.T) {
 	conformance.RunThreadListerTests(t, newMemoryStore)
 	conformance.RunBlobReferenceWalkerTests(t, newMemoryStore)
 	conformance.RunBlobGCTests(t, newMemoryStore)
+	conformance.RunBindingTests(t, newMemoryStore)
 }
 
 func TestMemoryForkStoreConformance(t *testing.T) {

@@ -541,3 +541,13 @@ func (t memTranscripts) SaveThread(ctx context.Context, threadID string, message
 	t.s.transcripts[threadID] = append(json.RawMessage(nil), messages...)
 	return nil
 }
+
+// BucketBinding implements Bound: the store's Options.Binding, when its
+// Cluster is set.
+func (m *MemoryStore) BucketBinding(ctx context.Context) (Binding, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return Binding{}, false, err
+	}
+	b := m.s.opts.Binding
+	return b, b.Cluster != "", nil
+}

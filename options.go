@@ -28,6 +28,11 @@ type Options struct {
 	// RenewAfter is how often a holder should renew its lease. It must be
 	// shorter than LeaseDuration. Zero selects DefaultRenewAfter.
 	RenewAfter time.Duration
+	// Binding, when its Cluster is set, is the identity a memory store
+	// reports as cairn.Bound, so that stores that share a bucket in a test or
+	// a demo record and respect each other's bindings as etcd stores do. It
+	// is not checked here; bucket.Bind checks it.
+	Binding Binding
 }
 
 // Errors of Options.Validate. They are plain errors, as upstream.

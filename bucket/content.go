@@ -183,7 +183,11 @@ func putAll(ctx context.Context, p Putter, todo []Blob) (UploadResult, error) {
 // the parent references are protected by that reference while the writer
 // holds the lease (claiming them as well is harmless and costs a little).
 //
-// It returns the blob errors of PutBlobs before any request, the store's
+// Before the first claim, a store that records bindings (cairn.Bound) is
+// bound to p (BindStore): once per bucket and process.
+//
+// It returns the blob errors of PutBlobs before any request, BindStore's
+// errors, the store's
 // errors of ClaimBlobs as they are (cairn.ErrWriterLost when w is not
 // current: then nothing may be appended), ctx's error when the wait for a
 // deleted key outlasts it, and the first failed put.
@@ -195,6 +199,9 @@ func UploadBlobs(ctx context.Context, c cairn.BlobClaimer, w cairn.Writer, p Put
 	keys := make([]string, len(todo))
 	for i, b := range todo {
 		keys[i] = b.Key
+	}
+	if err := BindStore(ctx, c, p); err != nil {
+		return UploadResult{}, err
 	}
 	if err := ClaimKeys(ctx, c, w, keys); err != nil {
 		return UploadResult{}, err

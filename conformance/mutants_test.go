@@ -75,6 +75,7 @@ func memoryWrapper(wrap func(*cairn.MemoryStore) cairn.Store) func(t *testing.T)
 		conformance.RunStoreTests(t, newStore)
 		conformance.RunPruneTests(t, newStore)
 		conformance.RunBlobGCTests(t, newStore)
+		conformance.RunBindingTests(t, newStore)
 	}
 }
 
@@ -166,6 +167,8 @@ var mutants = []mutant{
 	// One fault layered on a reference store of package cairn.
 	{"MemoryStoreUTF16List", memoryWrapper(func(s *cairn.MemoryStore) cairn.Store { return faulty.UTF16List{MemoryStore: s} }), []string{"Store/List/UTF8NotUTF16"}, 0},
 	{"MemoryStoreHeadFirst", memoryWrapper(func(s *cairn.MemoryStore) cairn.Store { return faulty.HeadFirst{MemoryStore: s} }), []string{"Store/Append/Order/TakenOverWriterBeforeStaleHead"}, 0},
+	{"MemoryStoreNoBinding", memoryWrapper(func(s *cairn.MemoryStore) cairn.Store { return faulty.NoBinding{MemoryStore: s} }), []string{"Binding/Reported", "Binding/UploadRecordsIt", "Binding/SweepOfAnotherStoreRefuses"}, 0},
+	{"MemoryStoreSameBinding", memoryWrapper(func(s *cairn.MemoryStore) cairn.Store { return faulty.SameBinding{MemoryStore: s} }), []string{"Binding/DistinctStores", "Binding/SweepOfAnotherStoreRefuses"}, 0},
 	{"MemoryStoreImpatientWait", memoryWrapper(func(s *cairn.MemoryStore) cairn.Store { return faulty.ImpatientWait{MemoryStore: s} }), []string{"BlobGC/Wait/BlocksUntilDeleted"}, 0},
 	{"MemoryForkStoreForkLabel", func(t *testing.T) {
 		conformance.RunForkTests(t, func(t *testing.T, opts cairn.Options) conformance.ForkStore {

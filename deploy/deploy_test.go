@@ -117,13 +117,14 @@ func TestDashboardAndAlertsUseExportedMetrics(t *testing.T) {
 }
 
 // TestAlertsCoverTheIssue checks that the rules the operators asked for are
-// there: a sweeper not succeeding, failing deletes and lock contention.
+// there: a sweeper not succeeding, failing deletes, lock contention and a
+// sweep refused in a shared bucket it does not cover.
 func TestAlertsCoverTheIssue(t *testing.T) {
 	data, err := os.ReadFile("alerts.yml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"last_success_timestamp_seconds", "delete_failures_total", `result="lock_held"`} {
+	for _, want := range []string{"last_success_timestamp_seconds", "delete_failures_total", `result="lock_held"`, "uncovered_bindings", `result="uncovered"`} {
 		if !strings.Contains(string(data), want) {
 			t.Errorf("alerts.yml has no rule on %s", want)
 		}

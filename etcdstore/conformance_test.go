@@ -53,6 +53,7 @@ func runConformance(t *testing.T, configure func(*etcdstore.Options)) {
 	conformance.RunThreadListerTests(t, storeFactory)
 	conformance.RunBlobReferenceWalkerTests(t, storeFactory)
 	conformance.RunBlobGCTests(t, storeFactory)
+	conformance.RunBindingTests(t, storeFactory)
 	conformance.RunForkTests(t, func(t *testing.T, opts cairn.Options) conformance.ForkStore { return newStore(t, opts) })
 	conformance.RunInstanceStoreTests(t, func(t *testing.T) cairn.InstanceStore {
 		return newStore(t, cairn.Options{}).Instances()

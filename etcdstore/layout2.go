@@ -50,8 +50,11 @@ const (
 )
 
 // ObjectStore is the bucket that keeps a store's body objects: reads and
-// conditional puts are all the store needs of it. *bucket.S3 and
-// *bucket.Memory implement it.
+// conditional puts are all the store needs of it for the objects.
+// *bucket.S3 and *bucket.Memory implement it. Before its first object the
+// store binds itself to the bucket (bucket.BindStore), which also lists: an
+// ObjectStore that is not a bucket.Lister fails that first write with
+// bucket.ErrCannotBind.
 type ObjectStore interface {
 	bucket.Reader
 	bucket.Putter
@@ -115,10 +118,14 @@ func (s *Store) useObjects(n int) bool { return s.objects != nil && n > s.inline
 // claim has committed, while later batches are still being claimed: no
 // object is put (the bucket consulted for its key) before its claim is
 // committed. Keys a sweep is deleting are waited for and claimed again, then
-// put.
+// put. Before its first object the store binds itself to the bucket
+// (bucket.BindStore).
 func (s *Store) putObjects(ctx context.Context, w cairn.Writer, objs []object) error {
 	if len(objs) == 0 {
 		_, err := s.claim(ctx, w, nil)
+		return err
+	}
+	if err := s.bindObjects(ctx); err != nil {
 		return err
 	}
 	byDigest := make(map[keys.Digest]int, len(objs))

@@ -87,9 +87,13 @@ type Store struct {
 	// raw sends the publish transactions, built as etcd's requests.
 	raw    *rawKV
 	layout keys.Layout
-	opts   cairn.Options
-	log    *slog.Logger
-	fences *fence.Manager
+	// prefix is New's prefix; binding is the store's cairn.Binding, once
+	// etcd has named its cluster.
+	prefix  string
+	binding *bindingOnce
+	opts    cairn.Options
+	log     *slog.Logger
+	fences  *fence.Manager
 	// stagingTTL is the TTL, in seconds, of staging leases.
 	stagingTTL int64
 	// guards are comparisons every write also requires (see Guarded).
@@ -158,6 +162,8 @@ func New(client *clientv3.Client, prefix string, opts Options) (*Store, error) {
 		raw:         newRawKV(client),
 		stagingTTL:  int64(max(1, (ttl+time.Second-1)/time.Second)),
 		layout:      keys.NewLayout(prefix),
+		prefix:      prefix,
+		binding:     &bindingOnce{},
 		opts:        o,
 		log:         log,
 		fences:      fence.NewManager(client, fence.Options{TTL: o.LeaseDuration, Logger: log}),

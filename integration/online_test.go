@@ -98,6 +98,11 @@ const (
 // byte for byte, no GC record may be left deleting, a final --verify run and
 // Verify must be clean, and the members must agree.
 //
+// TwoPrefixesOneBucket runs the object-layout half with the writers split
+// over two prefixes that share one bucket, and every sweeper run serving
+// both from one policy file: nothing may be lost, the records of both
+// prefixes must settle, and both stores must verify.
+//
 // WithoutClaimsLosesBlobs runs the same writers and sweeper binary on the
 // same cluster, with writers that do not claim (bucket.PutBlobs), plain
 // sweeper runs and no faults (which only slow the runs down); it stops at the
@@ -152,6 +157,26 @@ func TestOnlineSweepDuringFaults(t *testing.T) {
 		e.finalChecks()
 	})
 
+	t.Run("TwoPrefixesOneBucket", func(t *testing.T) {
+		// Two prefixes on one bucket, as two of cairnd's tenants, and one
+		// sweeper serving both (docs/shared-buckets.md), on the capacity
+		// layout so that body objects are shared too; the kills and pauses
+		// stop runs between the prefixes of a move.
+		e := newOnlineEnv(t, cluster, bin, "cairn-online-shared-a/", true)
+		e.objects = true
+		e.addPrefix("cairn-online-shared-b/")
+		enough := func(r *onlineResult) bool { return r.appends.Load() >= 20 && r.deleted.Load() > 0 }
+		res := e.run(onlineConfig{d: d, kinds: onlineRunKinds, faults: true, covered: enough})
+		res.log(t, "two prefixes, one bucket")
+		if res.lost.Load() > 0 {
+			t.Errorf("%d checkpoints referenced missing blobs or objects; the first: %v", res.lost.Load(), res.firstLoss())
+		}
+		if !enough(res) {
+			t.Errorf("the workload did too little to prove anything: %d appends, %d deleted", res.appends.Load(), res.deleted.Load())
+		}
+		e.finalChecks()
+	})
+
 	t.Run("WithoutClaimsLosesBlobs", func(t *testing.T) {
 		e := newOnlineEnv(t, cluster, bin, "cairn-online-noclaims/", false)
 		res := e.run(onlineConfig{d: onlineControlCap, kinds: []string{runPlain}, stopOnLoss: true, untilRuns: onlineControlRuns})
@@ -175,7 +200,12 @@ type onlineEnv struct {
 	bkt     *bucket.S3
 	prefix  string
 	layout  keys.Layout
-	claims  bool
+	// second, when set, is a second prefix on the same bucket: the odd
+	// writers write there, and every sweeper run serves both prefixes
+	// (a policy file listing both, e.prefix sorting first so that its lock
+	// and records are the run's).
+	second string
+	claims bool
 	// objects makes the writers' stores, and the final checks', keep their
 	// bodies in objects in the bucket (Options.Objects), most of them above
 	// campaignInlineLimit.
@@ -225,6 +255,9 @@ func newOnlineEnv(t *testing.T, cluster *harness.Cluster, bin, prefix string, cl
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
+	// Writers that claim bind at their first upload; those that do not
+	// (PutBlobs) are writers of this release that skip the claim.
+	bindPrefix(t, cli, prefix, bkt)
 	e := &onlineEnv{t: t, cluster: cluster, bin: bin, srv: srv, bkt: bkt, prefix: prefix, layout: keys.NewLayout(prefix),
 		claims: claims, cli: cli, content: map[string][]byte{}}
 	seed := uint64(time.Now().UnixNano())
@@ -253,6 +286,26 @@ func newOnlineEnv(t *testing.T, cluster *harness.Cluster, bin, prefix string, cl
 		}
 	})
 	return e
+}
+
+// addPrefix adds the second prefix (onlineEnv.second), bound to the bucket.
+func (e *onlineEnv) addPrefix(p string) {
+	e.second = p
+	bindPrefix(e.t, e.cli, p, e.bkt)
+}
+
+// prefixes returns the env's prefixes.
+func (e *onlineEnv) prefixes() []string {
+	if e.second == "" {
+		return []string{e.prefix}
+	}
+	return []string{e.prefix, e.second}
+}
+
+// prefixOf returns the prefix writer i writes to.
+func (e *onlineEnv) prefixOf(i int) string {
+	ps := e.prefixes()
+	return ps[i%len(ps)]
 }
 
 // Write implements io.Writer for the sweeper log file, for many processes.
@@ -437,7 +490,7 @@ func (e *onlineEnv) writer(ctx context.Context, i int, seed uint64, res *onlineR
 		return
 	}
 	clk := e.drawClock("writer of " + thread)
-	store, err := etcdstore.New(cli, e.prefix, e.storeOptions(cairn.Options{Now: clk.Now, LeaseDuration: onlineLease, RenewAfter: onlineLease / 3}))
+	store, err := etcdstore.New(cli, e.prefixOf(i), e.storeOptions(cairn.Options{Now: clk.Now, LeaseDuration: onlineLease, RenewAfter: onlineLease / 3}))
 	if err != nil {
 		t.Errorf("%s: %v", thread, err)
 		cli.Close()
@@ -660,10 +713,23 @@ func (e *onlineEnv) closeStores() {
 // sweeperArgs are the flags of every run in the loop, and extra.
 func (e *onlineEnv) sweeperArgs(extra ...string) ([]string, []string) {
 	args := []string{
-		"--once", "--prefix=" + e.prefix, "--etcd-endpoints=" + strings.Join(e.cluster.Endpoints(), ","),
+		"--once", "--etcd-endpoints=" + strings.Join(e.cluster.Endpoints(), ","),
 		"--s3-endpoint=" + e.srv.Endpoint, "--s3-bucket=" + e.srv.Bucket, "--s3-region=" + e.srv.Region, "--s3-path-style",
-		"--keep=1", "--older-than=0s", "--lock-ttl=" + onlineLockTTL.String(),
+		"--older-than=0s", "--lock-ttl=" + onlineLockTTL.String(),
 		"--etcd-dial-timeout=3s", "--etcd-request-timeout=3s", "--probe-timeout=5s",
+	}
+	if e.second == "" {
+		args = append(args, "--prefix="+e.prefix, "--keep=1")
+	} else {
+		policy := "prefixes:\n"
+		for _, p := range e.prefixes() {
+			policy += "  - prefix: " + p + "\n    keep: 1\n"
+		}
+		path := filepath.Join(e.t.TempDir(), "policy.yaml")
+		if err := os.WriteFile(path, []byte(policy), 0o644); err != nil {
+			e.t.Fatal(err)
+		}
+		args = append(args, "--policy-file="+path)
 	}
 	env := []string{"CAIRN_S3_ACCESS_KEY_ID=" + e.srv.AccessKeyID, "CAIRN_S3_SECRET_ACCESS_KEY=" + e.srv.SecretAccessKey,
 		skewclock.Env + "=" + e.drawClock("a sweeper run").String()}
@@ -1146,11 +1212,41 @@ func (e *onlineEnv) finalChecks() {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	store, err := etcdstore.New(cli, e.prefix, e.storeOptions(cairn.Options{}))
+	files := 0
+	var stores []*etcdstore.Store
+	for _, prefix := range e.prefixes() {
+		store, n := e.checkPrefix(ctx, cli, prefix)
+		defer store.Close()
+		stores, files = append(stores, store), files+n
+	}
+	checkMembersAgree(t, ctx, e.cluster)
+	t.Logf("%d heads, %d files, restored byte for byte", onlineWriters, files)
+	if e.objects {
+		meta := 0
+		for _, err := range bucket.Objects(ctx, e.bkt, sweep.MetaPrefix, 0) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			meta++
+		}
+		t.Logf("%d body objects in the bucket", meta)
+		if meta == 0 {
+			t.Errorf("no body object is left in the bucket: the object layout was not exercised")
+		}
+	}
+	checkReferencedBlobsKept(t, ctx, e.bkt, stores...)
+}
+
+// checkPrefix checks the store of prefix after the final run: no GC record
+// left deleting, Verify clean, every head of its writers restored byte for
+// byte. It returns the store, for the caller to close, and the heads'
+// files.
+func (e *onlineEnv) checkPrefix(ctx context.Context, cli *clientv3.Client, prefix string) (*etcdstore.Store, int) {
+	t := e.t
+	store, err := etcdstore.New(cli, prefix, e.storeOptions(cairn.Options{}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
 	view, err := store.ReadBlobGC(ctx, func(cairn.BlobReference) error { return nil })
 	if err != nil {
 		t.Fatal(err)
@@ -1173,11 +1269,13 @@ func (e *onlineEnv) finalChecks() {
 	for _, p := range rep.Problems {
 		t.Errorf("Verify: %s", p)
 	}
-	checkMembersAgree(t, ctx, e.cluster)
 
 	// Every head restores byte for byte.
 	files := 0
 	for i := range onlineWriters {
+		if e.prefixOf(i) != prefix {
+			continue
+		}
 		thread := fmt.Sprintf("thread-%d", i)
 		head, err := store.GetHead(ctx, thread)
 		if err != nil {
@@ -1196,19 +1294,5 @@ func (e *onlineEnv) finalChecks() {
 		}
 		files += len(cp.Files)
 	}
-	t.Logf("%d heads, %d files, restored byte for byte", onlineWriters, files)
-	if e.objects {
-		meta := 0
-		for _, err := range bucket.Objects(ctx, e.bkt, sweep.MetaPrefix, 0) {
-			if err != nil {
-				t.Fatal(err)
-			}
-			meta++
-		}
-		t.Logf("%d body objects in the bucket", meta)
-		if meta == 0 {
-			t.Errorf("no body object is left in the bucket: the object layout was not exercised")
-		}
-	}
-	checkReferencedBlobsKept(t, ctx, store, e.bkt)
+	return store, files
 }

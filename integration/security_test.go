@@ -295,11 +295,15 @@ func sweeperWithTLSAndAuth(t *testing.T, sc *securedCluster) {
 	}
 	defer bkt.Close()
 	blobs := []bucket.Blob{bucket.FileBlob([]byte("kept")), bucket.FileBlob([]byte("pruned")), bucket.FileBlob([]byte("orphan"))}
-	if _, err := bucket.PutBlobs(ctx, bkt, blobs); err != nil {
-		t.Fatal(err)
-	}
 	store, err := etcdstore.New(sc.client(t, appUser, appPassword, nil), prefix, etcdstore.Options{})
 	if err != nil {
+		t.Fatal(err)
+	}
+	// The writer binds before its first upload (bucket.UploadBlobs does).
+	if err := bucket.BindStore(ctx, store, bkt); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bucket.PutBlobs(ctx, bkt, blobs); err != nil {
 		t.Fatal(err)
 	}
 	lease, err := store.AcquireWriter(ctx, "thread")

@@ -401,6 +401,13 @@ func uploadAll(ctx context.Context, up Uploader, items []*item, n int, look *loo
 			return ok
 		})
 	}
+	if len(todo) > 0 {
+		// Before the first claim: the bucket must name every store that
+		// relies on its bytes (bucket.Bind).
+		if err := bucket.BindStore(ctx, up.Claimer, up.Bucket); err != nil {
+			return err
+		}
+	}
 	var total int64
 	for _, it := range todo {
 		total += it.size

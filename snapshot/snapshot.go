@@ -29,7 +29,10 @@ var DefaultExcludes = []string{".git", "node_modules", ".env*"}
 // Blobs is the bucket a capture writes to and a restore reads from. When it
 // also implements bucket.StreamPutter and bucket.StreamReader (bucket.S3 and
 // bucket.Memory do), no file is held in memory; otherwise each file is read
-// whole, one per worker, before it is sent or after it is received.
+// whole, one per worker, before it is sent or after it is received. A
+// capture whose claimer records bindings (cairn.Bound) binds it to the bucket
+// before its first claim (bucket.BindStore), which needs a bucket.Lister too;
+// without one the capture fails with bucket.ErrCannotBind.
 type Blobs interface {
 	bucket.Reader
 	bucket.Putter

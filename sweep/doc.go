@@ -56,6 +56,17 @@
 // lost the lock that makes it the only sweeper. Options.MaxDeletes caps the
 // deletes of one run, and Options.DryRun runs every step but the writes.
 //
+// # A shared bucket
+//
+// Stores that write to a bucket record their binding there first
+// (bucket.Bind). After its listing a sweep lists the bindings and refuses,
+// deleting and writing nothing, with an error matching ErrUncovered, when the
+// bucket is bound to a store it does not cover, or holds objects without the
+// binding registry's marker. Options.Others adds stores to cover: a key is
+// kept while any of them references or claims it, and the online protocol's
+// records are moved in each of them. docs/design.md ("A bucket shared by
+// several stores") gives the argument.
+//
 // # Memory
 //
 // The sweep holds the listed keys that are old enough to delete (key, size

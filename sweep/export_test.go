@@ -30,3 +30,11 @@ func WithHooks(o Options, h Hooks) Options {
 	o.hooks = &hooks{afterRead: h.AfterRead, afterMark: h.AfterMark, afterBegin: h.AfterBegin, afterDelete: h.AfterDelete}
 	return o
 }
+
+// IgnoringBindings returns o for a deliberately broken sweep that neither
+// writes its marker nor refuses in a bucket bound to stores it does not
+// cover: the tests run it to show that their scenarios catch that mistake.
+func IgnoringBindings(o Options) Options {
+	o.ignoreBindings = true
+	return o
+}

@@ -414,6 +414,10 @@ func newInterleaving(t *testing.T, newStore storeFactory, mode interleavingMode)
 			t.Fatal("the plain store still runs the protocol")
 		}
 		w.sweepStore = plain
+	} else if err := bucket.BindStore(t.Context(), w.store, w.blobs); err != nil {
+		// Writers bind before their first upload; these tests seed the
+		// bucket themselves.
+		t.Fatal(err)
 	}
 	ctx := t.Context()
 	for _, blobs := range [][]bucket.Blob{{reusedBlob, otherOldBlob}, {keptBlob}} {

@@ -363,7 +363,8 @@ type RunOptions struct {
 	// Sweep configures the sweep. Its DryRun, Now and Logger apply to the
 	// prune too. In a dry run the sweep counts the references the prune
 	// would have released as gone (Options.Released), so that its report
-	// is the real run's.
+	// is the real run's. Its Others are swept with the store, not pruned:
+	// prune them first (and pass their Released in a dry run).
 	Sweep Options
 }
 

@@ -37,12 +37,48 @@ type stressPlainStore struct {
 	cairn.ThreadLister
 }
 
-// stressWorld is a store and a bucket the stress test runs on.
+// stressWorld is a store and a bucket the stress test runs on; with
+// others, several stores on the one bucket, whose writers take turns by
+// thread and whose sweeper prunes each and sweeps them together.
 type stressWorld struct {
-	store stressStore
-	blobs sweep.Blobs
-	read  bucket.Reader
-	put   bucket.Putter
+	store  stressStore
+	others []stressStore
+	blobs  sweep.Blobs
+	read   bucket.Reader
+	put    bucket.Putter
+	// brokenSweep sweeps the first store alone, ignoring the bindings: the
+	// variant the two-prefix run must be able to tell from a correct one.
+	brokenSweep bool
+}
+
+// storeOf returns the store of writer i.
+func (w *stressWorld) storeOf(i int) stressStore {
+	if n := 1 + len(w.others); i%n > 0 {
+		return w.others[i%n-1]
+	}
+	return w.store
+}
+
+// sweepOnce is one run of the sweeper: prune every store to its newest
+// checkpoint, then sweep.
+func (w *stressWorld) sweepOnce(ctx context.Context) (sweep.Report, error) {
+	if len(w.others) == 0 {
+		rep, err := sweep.Run(ctx, w.store, w.blobs, sweep.RunOptions{Keep: 1, Sweep: sweep.Options{OlderThan: 0}})
+		return rep.Sweep, err
+	}
+	var others []sweep.Other
+	for _, st := range append([]stressStore{w.store}, w.others...) {
+		if _, err := sweep.Prune(ctx, st, sweep.PruneOptions{Keep: 1}); err != nil {
+			return sweep.Report{}, err
+		}
+		if st != w.store {
+			others = append(others, sweep.Other{Store: st})
+		}
+	}
+	if w.brokenSweep {
+		return sweep.Sweep(ctx, w.store, w.blobs, sweep.IgnoringBindings(sweep.Options{OlderThan: 0}))
+	}
+	return sweep.Sweep(ctx, w.store, w.blobs, sweep.Options{OlderThan: 0, Others: others})
 }
 
 // TestOnlineSweepStress runs 8 writers, each capturing into its own thread,
@@ -53,6 +89,10 @@ type stressWorld struct {
 // every head restores byte for byte at the end. Without it (the same
 // workload through PutBlobs and a store that hides the protocol), the test
 // shows that blobs are lost, so that the first half is known to have teeth.
+// TwoPrefixesOneBucket runs the writers on two stores that share one bucket,
+// with one sweeper of both (sweep.Options.Others): nothing may be lost; a
+// sweep of the first store alone that ignores the bindings loses the second
+// store's blobs.
 //
 // It runs on embedded etcd and versitygw. -cairn.stress sets how long each
 // half captures.
@@ -72,7 +112,10 @@ func TestOnlineSweepStress(t *testing.T) {
 		t.Cleanup(func() { st.Close() })
 		w := &stressWorld{store: st, blobs: bkt, read: bkt, put: bkt}
 		if !protocol {
-			w.store = stressPlainStore{st, st, st}
+			// A bucket of its own: a sweep of a store without bindings
+			// refuses in a bucket that another store is bound to.
+			own := s3Bucket(t, s3test.StartVersityGW(t), 0)
+			w = &stressWorld{store: stressPlainStore{st, st, st}, blobs: own, read: own, put: own}
 		}
 		return w
 	}
@@ -86,6 +129,35 @@ func TestOnlineSweepStress(t *testing.T) {
 		}
 		t.Logf("protocol: %d appends, %d blobs reused, %d sweeps, %d blobs deleted, %d deletes called off by a claim; no loss",
 			res.appends, res.reused, res.sweeps, res.deleted, res.aborted)
+	})
+	sharedWorld := func(t *testing.T, name string) *stressWorld {
+		a, b := newWorld(t, name+"-a/", true), newWorld(t, name+"-b/", true)
+		own := s3Bucket(t, s3test.StartVersityGW(t), 0)
+		return &stressWorld{store: a.store, others: []stressStore{b.store}, blobs: own, read: own, put: own}
+	}
+	t.Run("TwoPrefixesOneBucket", func(t *testing.T) {
+		// Two stores on one bucket, as two of cairnd's tenants, and one
+		// sweeper of both (docs/shared-buckets.md).
+		res := runStress(t, sharedWorld(t, "stress-shared"), *stressDuration, false)
+		if res.lost > 0 {
+			t.Fatalf("%d appended checkpoints referenced missing blobs with two prefixes on one bucket; first: %v", res.lost, res.firstLoss)
+		}
+		if res.appends < 8 || res.sweeps < 2 || res.deleted == 0 {
+			t.Fatalf("the workload did too little to prove anything: %d appends, %d sweeps, %d blobs deleted", res.appends, res.sweeps, res.deleted)
+		}
+		t.Logf("two prefixes, one bucket: %d appends, %d blobs reused, %d sweeps, %d blobs deleted, %d deletes called off by a claim; no loss",
+			res.appends, res.reused, res.sweeps, res.deleted, res.aborted)
+	})
+	t.Run("TwoPrefixesSweptAsOneLosesBlobs", func(t *testing.T) {
+		// The broken sweep of the first store alone, ignoring the
+		// bindings, loses the second store's blobs.
+		w := sharedWorld(t, "stress-broken")
+		w.brokenSweep = true
+		res := runStress(t, w, *stressDuration, true)
+		if res.lost == 0 {
+			t.Fatalf("a sweep of one prefix ignoring the bindings lost no blob in %d appends and %d sweeps: the two-prefix run has no teeth", res.appends, res.sweeps)
+		}
+		t.Logf("one prefix swept, bindings ignored: %d appends, %d sweeps, %d checkpoints lost blobs (first: %v)", res.appends, res.sweeps, res.lost, res.firstLoss)
 	})
 	t.Run("WithoutProtocolLosesBlobs", func(t *testing.T) {
 		res := runStress(t, newWorld(t, "stress-off/", false), *stressDuration, true)
@@ -135,7 +207,7 @@ func runStress(t *testing.T, w *stressWorld, d time.Duration, stopOnLoss bool) s
 			thread := fmt.Sprintf("thread-%d", i)
 			rng := rand.New(rand.NewPCG(uint64(i), 7))
 			for turn := 0; ctx.Err() == nil; turn++ {
-				r, err := stressCapture(ctx, w, thread, fmt.Sprintf("%s-%d", thread, turn), pool, files, rng)
+				r, err := stressCapture(ctx, w, w.storeOf(i), thread, fmt.Sprintf("%s-%d", thread, turn), pool, files, rng)
 				switch {
 				case ctx.Err() != nil:
 					return
@@ -163,7 +235,7 @@ func runStress(t *testing.T, w *stressWorld, d time.Duration, stopOnLoss bool) s
 	var sweeps, deleted, aborted atomic.Int64
 	wg.Go(func() {
 		for ctx.Err() == nil {
-			rep, err := sweep.Run(ctx, w.store, w.blobs, sweep.RunOptions{Keep: 1, Sweep: sweep.Options{OlderThan: 0}})
+			rep, err := w.sweepOnce(ctx)
 			if ctx.Err() != nil {
 				return
 			}
@@ -173,8 +245,8 @@ func runStress(t *testing.T, w *stressWorld, d time.Duration, stopOnLoss bool) s
 				return
 			}
 			sweeps.Add(1)
-			deleted.Add(int64(len(rep.Sweep.Deleted)))
-			aborted.Add(int64(len(rep.Sweep.Aborted)))
+			deleted.Add(int64(len(rep.Deleted)))
+			aborted.Add(int64(len(rep.Aborted)))
 		}
 	})
 	wg.Wait()
@@ -191,7 +263,7 @@ func runStress(t *testing.T, w *stressWorld, d time.Duration, stopOnLoss bool) s
 	vctx := context.WithoutCancel(t.Context())
 	for i := range writers {
 		thread := fmt.Sprintf("thread-%d", i)
-		head, err := w.store.GetHead(vctx, thread)
+		head, err := w.storeOf(i).GetHead(vctx, thread)
 		if err != nil {
 			t.Fatalf("%s: head: %v", thread, err)
 		}
@@ -201,7 +273,7 @@ func runStress(t *testing.T, w *stressWorld, d time.Duration, stopOnLoss bool) s
 			}
 			continue // stopped at the first loss, before this writer appended
 		}
-		cp, err := w.store.Get(vctx, head)
+		cp, err := w.storeOf(i).Get(vctx, head)
 		if err != nil || cp == nil {
 			t.Fatalf("%s: get head %s: %v", thread, head, err)
 		}
@@ -220,20 +292,20 @@ type stressCaptureResult struct {
 // stressCapture is one capture: take the lease, draw the workspace, upload
 // what the parent lacks (claimed when the store has the protocol), append,
 // and check that the new head's blobs are all there.
-func stressCapture(ctx context.Context, w *stressWorld, thread, id string, pool [][]byte, files int, rng *rand.Rand) (stressCaptureResult, error) {
+func stressCapture(ctx context.Context, w *stressWorld, st stressStore, thread, id string, pool [][]byte, files int, rng *rand.Rand) (stressCaptureResult, error) {
 	var res stressCaptureResult
-	lease, err := w.store.AcquireWriter(ctx, thread)
+	lease, err := st.AcquireWriter(ctx, thread)
 	if err != nil {
 		return res, err
 	}
 	defer lease.Release(context.WithoutCancel(ctx))
-	head, err := w.store.GetHead(ctx, thread)
+	head, err := st.GetHead(ctx, thread)
 	if err != nil {
 		return res, err
 	}
 	inherited := map[string]bool{}
 	if head != "" {
-		parent, err := w.store.Get(ctx, head)
+		parent, err := st.Get(ctx, head)
 		if err != nil {
 			return res, err
 		}
@@ -255,7 +327,7 @@ func stressCapture(ctx context.Context, w *stressWorld, thread, id string, pool 
 		}
 	}
 	var up bucket.UploadResult
-	if claimer, ok := w.store.(cairn.BlobClaimer); ok {
+	if claimer, ok := st.(cairn.BlobClaimer); ok {
 		up, err = bucket.UploadBlobs(ctx, claimer, lease.Writer, w.put, upload)
 	} else {
 		up, err = bucket.PutBlobs(ctx, w.put, upload)
@@ -267,7 +339,7 @@ func stressCapture(ctx context.Context, w *stressWorld, thread, id string, pool 
 	// A capture does other work between its upload and its append; this
 	// is the window in which an unprotected reuse loses its bytes.
 	time.Sleep(2 * time.Millisecond)
-	if _, err := w.store.Append(ctx, cairn.AppendInput{Checkpoint: cp, ExpectedHeadID: head, Writer: lease.Writer}); err != nil {
+	if _, err := st.Append(ctx, cairn.AppendInput{Checkpoint: cp, ExpectedHeadID: head, Writer: lease.Writer}); err != nil {
 		return res, err
 	}
 	if err := stressCheck(context.WithoutCancel(ctx), w.read, &cp); err != nil {

@@ -101,8 +101,18 @@ type Options struct {
 	// Logger receives the sweep's log records. Nil discards them.
 	Logger *slog.Logger
 
+	// Others are the other stores whose keys the bucket holds, swept together
+	// with the store Sweep is given: a key is kept while any of them
+	// references or claims it, and every GC record is moved in each of them
+	// (docs/design.md, "A bucket shared by several stores"). Either every
+	// store implements cairn.BlobCollector or none does.
+	Others []Other
+
 	// hooks lets the package's tests stop the online sweep between its steps.
 	hooks *hooks
+	// ignoreBindings is a deliberately broken sweep, for the tests that show
+	// the bindings are needed: it neither writes a marker nor refuses.
+	ignoreBindings bool
 }
 
 // The sweep's errors, matched with errors.Is.
@@ -185,6 +195,16 @@ type Report struct {
 	// Batches is the number of batches sent (or, in a dry run, passed over).
 	Batches int `json:"batches"`
 
+	// Bindings are the stores the bucket is bound to (bucket.Bindings), as
+	// listed after the objects.
+	Bindings []cairn.Binding `json:"bindings"`
+	// Uncovered are the Bindings this sweep does not cover; when there are
+	// any, the sweep refused (ErrUncovered) and deleted nothing.
+	Uncovered []cairn.Binding `json:"uncovered"`
+	// Unregistered says the bucket has objects and bindings (or a store
+	// with a binding) but no registry marker: the sweep refused.
+	Unregistered bool `json:"unregistered"`
+
 	// ListDuration, ReferencesDuration and DeleteDuration time the three
 	// phases; Duration the whole sweep.
 	ListDuration       time.Duration `json:"listDuration"`
@@ -217,6 +237,9 @@ func (r Report) LogValue() slog.Value {
 		slog.Int("unsettled", r.Unsettled),
 		slog.Int("aborted", len(r.Aborted)),
 		slog.Int("batches", r.Batches),
+		slog.Int("bindings", len(r.Bindings)),
+		slog.Int("uncovered", len(r.Uncovered)),
+		slog.Bool("unregistered", r.Unregistered),
 		slog.String("duration", r.Duration.String()),
 	)
 }
@@ -270,6 +293,10 @@ func (o Options) validate() (Options, error) {
 //     ErrInvalidArgument before anything is listed.
 //  2. Take now from opts.Now.
 //  3. List both prefixes. A listing error aborts the sweep before any delete.
+//     Then list the bucket's bindings; a binding of a store the sweep does
+//     not cover (the store and Options.Others), or objects without the
+//     registry's marker, refuse the sweep with an *UncoveredError matching
+//     ErrUncovered before any write.
 //  4. Read the store's references. An error aborts the sweep before any
 //     delete.
 //  5. Delete the candidates in key order, in batches of opts.BatchSize keys,
@@ -288,13 +315,25 @@ func Sweep(ctx context.Context, refs References, blobs Blobs, opts Options) (Rep
 	if err != nil {
 		return rep, err
 	}
-	s := &sweeper{refs: refs, blobs: blobs, opts: opts, log: opts.Logger, rep: &rep, began: began}
-	if col, ok := refs.(cairn.BlobCollector); ok {
+	s := &sweeper{refs: refs, blobs: blobs, opts: opts, log: opts.Logger, rep: &rep, began: began, members: []References{refs}}
+	if len(opts.Others) > 0 {
+		u, err := newUnion(refs, opts)
+		if err != nil {
+			return rep, err
+		}
+		for _, o := range opts.Others {
+			s.members = append(s.members, o.Store)
+		}
+		// The union applies each store's Released itself.
+		s.refs, s.opts.Released = u, nil
+	}
+	if col, ok := s.refs.(cairn.BlobCollector); ok {
 		s.col, s.keepYoung = col, true
 		err = s.runOnline(ctx)
 	} else {
 		err = s.run(ctx)
 	}
+	s.endMarker(ctx, err)
 	rep.Duration = time.Since(began)
 	return rep, err
 }
@@ -310,6 +349,10 @@ type sweeper struct {
 	log       *slog.Logger
 	rep       *Report
 	began     time.Time
+	// marker is the key of the sweep's marker in the bucket, once written.
+	marker string
+	// members are the stores the sweep covers: Sweep's, then Options.Others.
+	members []References
 }
 
 func (s *sweeper) run(ctx context.Context) error {
@@ -346,6 +389,9 @@ func (s *sweeper) startAndList(ctx context.Context, protocol string) ([]candidat
 	rep.ListDuration = time.Since(t)
 	if err != nil {
 		s.log.ErrorContext(ctx, "sweep aborted: listing failed, nothing deleted", "phase", "list", "error", err)
+		return nil, err
+	}
+	if err := s.checkBindings(ctx); err != nil {
 		return nil, err
 	}
 	old := len(cands)

@@ -98,14 +98,14 @@ func TestSweepRules(t *testing.T) {
 			walker:      true,
 			opts:        sweep.Options{OlderThan: hour},
 			wantDeleted: []string{fk("unused")},
-			wantEvents:  []string{"now", "list sandbox-artifacts/", "list sandbox-files/", "refs walk", "before 1", "delete 1"},
+			wantEvents:  []string{"now", "list sandbox-artifacts/", "list sandbox-files/", "list cairn-bindings/", "refs walk", "before 1", "delete 1"},
 		},
 		{
 			name:        "CutoffBeforeListingReferencesAfter",
 			objects:     []stagedObject{{fk("x"), 2 * hour}, {ak("y"), 2 * hour}},
 			opts:        sweep.Options{OlderThan: hour, BatchSize: 1},
 			wantDeleted: sorted(fk("x"), ak("y")),
-			wantEvents:  []string{"now", "list sandbox-artifacts/", "list sandbox-files/", "refs list", "before 1", "delete 1", "before 1", "delete 1"},
+			wantEvents:  []string{"now", "list sandbox-artifacts/", "list sandbox-files/", "list cairn-bindings/", "refs list", "before 1", "delete 1", "before 1", "delete 1"},
 		},
 		{
 			name:       "NegativeOlderThanBeforeListing",
@@ -140,7 +140,7 @@ func TestSweepRules(t *testing.T) {
 			opts:       sweep.Options{OlderThan: hour},
 			setup:      func(_ *fakeBlobs, r *walkerRefs) { r.err = errInjected },
 			wantErr:    []error{errInjected},
-			wantEvents: []string{"now", "list sandbox-artifacts/", "list sandbox-files/", "refs list"},
+			wantEvents: []string{"now", "list sandbox-artifacts/", "list sandbox-files/", "list cairn-bindings/", "refs list"},
 		},
 		{
 			name:       "ReferenceWalkErrorFailsClosed",
@@ -150,7 +150,7 @@ func TestSweepRules(t *testing.T) {
 			opts:       sweep.Options{OlderThan: hour},
 			setup:      func(_ *fakeBlobs, r *walkerRefs) { r.err, r.failAfter = errInjected, 1 },
 			wantErr:    []error{errInjected},
-			wantEvents: []string{"now", "list sandbox-artifacts/", "list sandbox-files/", "refs walk"},
+			wantEvents: []string{"now", "list sandbox-artifacts/", "list sandbox-files/", "list cairn-bindings/", "refs walk"},
 		},
 		{
 			name:    "PartialDeleteFailureReportedPerKey",
@@ -206,7 +206,7 @@ func TestSweepRules(t *testing.T) {
 			objects:     []stagedObject{{fk("young"), time.Minute}, {fk("used"), 2 * hour}},
 			refs:        []string{fk("used")},
 			opts:        sweep.Options{OlderThan: hour},
-			wantEvents:  []string{"now", "list sandbox-artifacts/", "list sandbox-files/", "refs list"},
+			wantEvents:  []string{"now", "list sandbox-artifacts/", "list sandbox-files/", "list cairn-bindings/", "refs list"},
 			wantBatches: nil,
 		},
 		{

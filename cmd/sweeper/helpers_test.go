@@ -40,6 +40,7 @@ import (
 	"github.com/cairnstore/cairn/internal/s3test"
 	"github.com/cairnstore/cairn/internal/sidecar"
 	"github.com/cairnstore/cairn/keys"
+	"github.com/cairnstore/cairn/sweep"
 )
 
 func TestMain(m *testing.M) {
@@ -117,6 +118,11 @@ func (w *world) newTenant(t *testing.T) *tenant {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tn.store.Close() })
+	// Writers bind the store to its bucket before their first upload
+	// (bucket.UploadBlobs does); seed uploads with bucket.PutBlobs.
+	if err := bucket.BindStore(t.Context(), tn.store, tn.blobs); err != nil {
+		t.Fatal(err)
+	}
 	return tn
 }
 
@@ -196,15 +202,18 @@ func (tn *tenant) seed(t *testing.T) seeded {
 	return s
 }
 
-// keys lists every key of the tenant's bucket, sorted.
+// keys lists the content keys of the tenant's bucket (under the prefixes a
+// sweep lists, not the binding registry's), sorted.
 func (tn *tenant) keys(t *testing.T) []string {
 	t.Helper()
 	var out []string
-	for o, err := range bucket.Objects(t.Context(), tn.blobs, "", 0) {
-		if err != nil {
-			t.Fatal(err)
+	for _, prefix := range sweep.Prefixes {
+		for o, err := range bucket.Objects(t.Context(), tn.blobs, prefix, 0) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, o.Key)
 		}
-		out = append(out, o.Key)
 	}
 	slices.Sort(out)
 	return out

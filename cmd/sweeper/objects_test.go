@@ -36,11 +36,11 @@ func verifyObjects(t *testing.T, w *world) {
 		blobs = append(blobs, b)
 		cp.Files = append(cp.Files, cairn.Entry{Path: fmt.Sprintf("src/f%04d.go", i), Kind: cairn.KindFile, BlobKey: b.Key, Size: int64(len(b.Data))})
 	}
-	if _, err := bucket.PutBlobs(ctx, tn.blobs, blobs); err != nil {
-		t.Fatal(err)
-	}
 	lease, err := store.AcquireWriter(ctx, "big")
 	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bucket.UploadBlobs(ctx, store, lease.Writer, tn.blobs, blobs); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := store.Append(ctx, cairn.AppendInput{Checkpoint: cp, Writer: lease.Writer}); err != nil {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/cairnstore/cairn/bucket"
 	"github.com/cairnstore/cairn/etcdstore"
@@ -284,6 +285,9 @@ func run(cfg Config, log *slog.Logger, e Env) error {
 		}
 		defer blobs.Close()
 		opts.Objects = blobs
+		if err := bindTenants(ctx, client, tenants, blobs, cfg.ProbeTimeout, log); err != nil {
+			return err
+		}
 	} else {
 		log.Warn("no --s3-bucket: checkpoints are kept in etcd only (version 1); a store that holds version-2 checkpoints cannot be read without the bucket")
 	}
@@ -407,4 +411,28 @@ func tlsConfig(cfg Config) (*tls.Config, error) {
 		tc.ClientCAs, tc.ClientAuth = pool, tls.RequireAndVerifyClientCert
 	}
 	return tc, nil
+}
+
+// bindTenants binds every tenant's store to the bucket before cairnd serves
+// (bucket.BindStore): clients that claim through cairnd upload blobs to the
+// bucket themselves, so the bucket must name each tenant's prefix before the
+// first claim. A sweeper that does not cover every tenant then refuses
+// (docs/shared-buckets.md). It waits, within timeout, for a running sweep
+// that does not cover a tenant to finish.
+func bindTenants(ctx context.Context, client *clientv3.Client, tenants []server.Tenant, blobs bucket.Binder, timeout time.Duration, log *slog.Logger) error {
+	for _, t := range tenants {
+		st, err := etcdstore.New(client, t.Prefix, etcdstore.Options{Logger: log})
+		if err != nil {
+			return err
+		}
+		bctx, cancel := context.WithTimeout(ctx, timeout)
+		err = bucket.BindStore(bctx, st, blobs)
+		cancel()
+		st.Close()
+		if err != nil {
+			return fmt.Errorf("bind tenant %q (prefix %q) to the bucket: %w", t.Name, t.Prefix, err)
+		}
+	}
+	log.Info("tenants bound to the bucket", "tenants", len(tenants))
+	return nil
 }

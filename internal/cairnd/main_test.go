@@ -18,26 +18,32 @@ import (
 	"github.com/cairnstore/cairn"
 	cairnv1 "github.com/cairnstore/cairn/gen/cairn/v1"
 	"github.com/cairnstore/cairn/internal/cairnd"
+	"github.com/cairnstore/cairn/internal/childproc"
 	"github.com/cairnstore/cairn/internal/embedetcd"
 	"github.com/cairnstore/cairn/internal/server/servertest"
 	"github.com/cairnstore/cairn/remote"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreTopFunction(childproc.Spawner)) }
 
 func started(t *testing.T, extra ...string) (addr string, sigs chan os.Signal, code chan int, log *servertest.LogBuffer) {
 	t.Helper()
 	etcd, _ := embedetcd.ForTest(t)
+	return startedOn(t, etcd, nil, append([]string{"--tokens", "a tenant-a/ token-a"}, extra...)...)
+}
+
+// startedOn is started on the etcd member etcd, with the environment getenv.
+func startedOn(t *testing.T, etcd *embedetcd.Server, getenv func(string) string, extra ...string) (addr string, sigs chan os.Signal, code chan int, log *syncBuffer) {
+	t.Helper()
 	sigs = make(chan os.Signal, 2)
 	code = make(chan int, 1)
 	listening := make(chan string, 1)
 	log = &servertest.LogBuffer{}
 	args := append([]string{
 		"--etcd-endpoints", strings.Join(etcd.Endpoints(), ","), "--listen", "127.0.0.1:0",
-		"--tokens", "a tenant-a/ token-a",
 	}, extra...)
 	go func() {
-		code <- cairnd.Main(cairnd.Env{Args: args, Stderr: log, Signals: sigs, Listening: func(a string) { listening <- a }})
+		code <- cairnd.Main(cairnd.Env{Args: args, Getenv: getenv, Stderr: log, Signals: sigs, Listening: func(a string) { listening <- a }})
 	}()
 	select {
 	case addr = <-listening:

@@ -7,6 +7,8 @@ package embedetcd
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
@@ -31,6 +33,12 @@ type Config struct {
 	// ClientAddr is the host:port clients connect to; "" selects a free
 	// port on 127.0.0.1.
 	ClientAddr string
+	// ClusterToken is the initial cluster token; "" selects etcd's default.
+	// etcd derives the cluster id from it and the peer URLs, which are the
+	// same for every member started here, so members that must be told
+	// apart as clusters (a store's cairn.Binding names the cluster id) need
+	// distinct tokens.
+	ClusterToken string
 }
 
 // Server is a running embedded etcd member.
@@ -59,6 +67,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	ec.ListenPeerUrls = []url.URL{loopback}
 	ec.AdvertisePeerUrls = []url.URL{loopback}
 	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
+	if cfg.ClusterToken != "" {
+		ec.InitialClusterToken = cfg.ClusterToken
+	}
 	ec.UnsafeNoFsync = cfg.NoFsync
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	e, err := embed.StartEtcd(ec)
@@ -101,13 +112,15 @@ func (s *Server) NewClient() (*clientv3.Client, error) {
 func (s *Server) Close() { s.e.Close() }
 
 // ForTest starts a member in a temporary directory for the duration of the
-// test, with fsync off, and returns it with a client. Both are closed by
-// t.Cleanup.
+// test, with fsync off and a cluster token of its own (so a cluster id of
+// its own), and returns it with a client. Both are closed by t.Cleanup.
 func ForTest(t testing.TB) (*Server, *clientv3.Client) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := Start(ctx, Config{Dir: t.TempDir(), NoFsync: true})
+	var token [8]byte
+	_, _ = rand.Read(token[:])
+	s, err := Start(ctx, Config{Dir: t.TempDir(), NoFsync: true, ClusterToken: "test-" + hex.EncodeToString(token[:])})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,6 +46,13 @@ type Config struct {
 	Verify          bool
 	Repair          bool
 	AllowEmptyStore bool
+	// Bind records, in each bucket, the binding of every configured prefix
+	// and the binding registry's marker, and exits: the one-off step for a
+	// bucket written before bindings existed. Unbind removes the bindings
+	// of these prefixes (on the sweeper's etcd cluster) from every
+	// configured bucket, and exits: for prefixes removed for good.
+	Bind   bool
+	Unbind []string
 
 	// When runs happen.
 	Once            bool
@@ -93,6 +100,8 @@ func newFlagSet(c *Config, out io.Writer) *cli.Set {
 	fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "blobs per delete request, 1 to 1000; a signal lets the request in flight finish")
 	fs.BoolVar(&c.Verify, "verify", c.Verify, "after the run, check the store's invariants and reference counts, and the objects of capacity-layout checkpoints")
 	fs.BoolVar(&c.Repair, "repair", c.Repair, "with --verify, also delete the reclaimable garbage it finds")
+	fs.BoolVar(&c.Bind, "bind", c.Bind, "record each configured prefix's binding and the registry marker in its bucket, then exit: once, for a bucket written before bindings, when the configured prefixes are every prefix that ever wrote to it")
+	fs.Var(cli.List{L: &c.Unbind}, "unbind", "comma-separated prefixes removed for good: remove their bindings (on this etcd cluster) from every configured bucket, then exit")
 	fs.BoolVar(&c.AllowEmptyStore, "allow-empty-store", c.AllowEmptyStore, "delete blobs even when the store has no checkpoint at all (by default that looks like a wrong --prefix and stops the run)")
 
 	fs.BoolVar(&c.Once, "once", c.Once, "run once and exit with a code that tells the outcome (for cron)")
@@ -228,6 +237,11 @@ func (c Config) Validate() error {
 		return bad("--repair deletes garbage, which a --dry-run does not do; drop one of them")
 	case c.Interval < 0:
 		return bad("%s must be positive, got %v", c.name("interval"), c.Interval)
+	case c.Bind && len(c.Unbind) > 0:
+		return bad("give --bind or --unbind, not both")
+	case (c.Bind || len(c.Unbind) > 0) && (c.Once || c.Interval > 0 || c.DryRun || c.PlanFile != "" || c.ApplyFile != ""):
+		return bad("--bind and --unbind change the binding registry and exit; they take no --once, --interval, --dry-run, --plan or --apply")
+	case c.Bind || len(c.Unbind) > 0:
 	case c.Once && c.Interval > 0:
 		return bad("give --once or --interval, not both")
 	case !c.Once && c.Interval == 0:
@@ -270,8 +284,12 @@ Static S3 credentials come from %s and
 %s, else from the AWS SDK's default chain
 (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, shared files, roles).
 
+Prefixes of --policy-file that share a bucket are swept together; a sweep
+refuses (exit 5) in a bucket bound to a prefix it does not serve.
+
 Exit codes: 0 done, 1 failed, 2 usage, 3 some blobs not deleted, 4 --verify
-found problems, 11 another sweeper holds the lock, 130 interrupted.
+found problems, 5 the bucket is bound to prefixes this sweeper does not
+serve (nothing deleted), 11 another sweeper holds the lock, 130 interrupted.
 
 Flags:
 `, cli.EnvName("etcd-endpoints"), cli.EnvS3AccessKeyID, cli.EnvS3SecretAccessKey)

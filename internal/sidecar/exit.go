@@ -25,6 +25,11 @@ const (
 	// ExitVerify: the run completed, but --verify found broken invariants in
 	// the store.
 	ExitVerify = 4
+	// ExitUncovered: the sweep refused to delete anything because the
+	// bucket is bound to a prefix (or another etcd cluster's prefix) that this
+	// sweeper does not serve, or has cairn objects but no binding registry
+	// (sweep.ErrUncovered; docs/shared-buckets.md). Nothing was deleted.
+	ExitUncovered = 5
 	// ExitLockHeld: with --once, another sweeper held the lock (for longer
 	// than --lock-timeout). Nothing was done.
 	ExitLockHeld = 11
@@ -62,6 +67,8 @@ func ExitCode(err error) int {
 		return ExitInterrupted
 	case errors.Is(err, ErrLockHeld):
 		return ExitLockHeld
+	case errors.Is(err, sweep.ErrUncovered):
+		return ExitUncovered
 	case errors.Is(err, ErrVerifyProblems):
 		return ExitVerify
 	case errors.Is(err, sweep.ErrIncomplete) && !errors.Is(err, sweep.ErrStopped) && !errors.Is(err, context.Canceled):
@@ -80,6 +87,8 @@ func Result(err error) string {
 		return "partial"
 	case ExitVerify:
 		return "verify_problems"
+	case ExitUncovered:
+		return "uncovered"
 	case ExitLockHeld:
 		return "lock_held"
 	case ExitInterrupted:

@@ -30,6 +30,7 @@ func TestExitCode(t *testing.T) {
 		{"LockLost", fmt.Errorf("%w: gone", ErrLockLost), ExitFailure, "lock_lost"},
 		{"Interrupted", fmt.Errorf("%w: before the next batch", ErrInterrupted), ExitInterrupted, "interrupted"},
 		{"InterruptedWithPartial", errors.Join(fmt.Errorf("%w: %w", sweep.ErrStopped, ErrInterrupted), incomplete), ExitInterrupted, "interrupted"},
+		{"Uncovered", fmt.Errorf("sweep x: %w", &sweep.UncoveredError{Unregistered: true}), ExitUncovered, "uncovered"},
 		{"EmptyStore", fmt.Errorf("%w: 3", ErrEmptyStore), ExitFailure, "failure"},
 	}
 	for _, tc := range tests {
@@ -45,7 +46,7 @@ func TestExitCode(t *testing.T) {
 }
 
 func TestResultsAreRegistered(t *testing.T) {
-	for _, err := range []error{nil, ErrUsage, ErrLockHeld, ErrLockLost, ErrInterrupted, ErrVerifyProblems, sweep.ErrIncomplete, errors.New("x")} {
+	for _, err := range []error{nil, ErrUsage, ErrLockHeld, ErrLockLost, ErrInterrupted, ErrVerifyProblems, sweep.ErrIncomplete, sweep.ErrUncovered, errors.New("x")} {
 		found := false
 		for _, r := range results {
 			found = found || r == Result(err)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/bucket"
 	"github.com/cairnstore/cairn/etcdstore"
 	"github.com/cairnstore/cairn/internal/cli"
 	"github.com/cairnstore/cairn/internal/skewclock"
@@ -156,8 +157,14 @@ func run(hard, stop context.Context, cfg Config, log *slog.Logger, h *health, li
 	}
 	cancel()
 
+	// One sweeper per bucket: the targets that share a bucket are pruned one
+	// by one and swept together (docs/shared-buckets.md). The group's first
+	// prefix in byte order owns the sweeper and its lock, so that every
+	// sweeper of the same group takes the same lock.
+	groups := GroupByBucket(cfg.Targets)
 	var sweepers []*Sweeper
-	for _, t := range cfg.Targets {
+	for _, g := range groups {
+		t := g[0]
 		s3 := cfg.S3
 		s3.Bucket, s3.Logger = t.Bucket, log
 		blobs, err := cli.OpenBucket(stop, s3, cfg.ProbeTimeout)
@@ -165,20 +172,31 @@ func run(hard, stop context.Context, cfg Config, log *slog.Logger, h *health, li
 			return failed("bucket check failed; nothing was done", err)
 		}
 		defer blobs.Close()
-		log.Info("bucket answers", "bucket", t.Bucket, "endpoint", cli.RedactURLs(cfg.S3.Endpoint), "prefix", t.Prefix)
+		log.Info("bucket answers", "bucket", t.Bucket, "endpoint", cli.RedactURLs(cfg.S3.Endpoint), "prefix", t.Prefix, "prefixes", len(g))
 
-		// The bucket also holds the bodies of version-2 checkpoints, which the
-		// sweep must read to count their references and keep their objects.
-		store, err := etcdstore.New(client, t.Prefix, etcdstore.Options{Options: cairn.Options{Now: storeNow}, Logger: log, Objects: blobs})
-		if err != nil {
-			return failed("cannot open the store", err)
+		var stores []*etcdstore.Store
+		for _, gt := range g {
+			store, err := etcdstore.New(client, gt.Prefix, etcdstore.Options{Options: cairn.Options{Now: storeNow}, Logger: log, Objects: blobs})
+			if err != nil {
+				return failed("cannot open the store", err)
+			}
+			defer store.Close()
+			stores = append(stores, store)
+			metrics.Policies(gt.Name)
 		}
-		defer store.Close()
+		var others []OtherTarget
+		for i, gt := range g[1:] {
+			var apply []sweep.ThreadPlan
+			if plans != nil {
+				apply = plans[gt.Prefix]
+			}
+			others = append(others, OtherTarget{Store: stores[i+1], Policy: gt.Policy, PolicyName: gt.Name, Apply: apply})
+		}
 		var apply []sweep.ThreadPlan
 		if plans != nil {
 			apply = plans[t.Prefix]
 		}
-		sw := NewSweeper(client, store, blobs, RunOptions{
+		sw := NewSweeper(client, stores[0], blobs, RunOptions{
 			Policy:          t.Policy,
 			PolicyName:      t.Name,
 			Apply:           apply,
@@ -191,11 +209,18 @@ func run(hard, stop context.Context, cfg Config, log *slog.Logger, h *health, li
 			AllowEmptyStore: cfg.AllowEmptyStore,
 			LockTTL:         cfg.LockTTL,
 			RequestTimeout:  cfg.Etcd.RequestTimeout,
+			Bucket:          t.Bucket,
+			Others:          others,
 			Now:             runNow,
-		}, log.With("prefix", t.Prefix), metrics)
+		}, log.With("prefix", t.Prefix, "bucket", t.Bucket), metrics)
 		defer sw.Close()
-		metrics.Policies(t.Name)
 		sweepers = append(sweepers, sw)
+	}
+	if cfg.Bind || len(cfg.Unbind) > 0 {
+		if err := changeBindings(stop, cfg, sweepers, log); err != nil {
+			return failed("the binding registry was not changed completely", err)
+		}
+		return ExitOK
 	}
 	h.setReady(true, "")
 
@@ -218,10 +243,16 @@ func run(hard, stop context.Context, cfg Config, log *slog.Logger, h *health, li
 	}
 	if cfg.Once {
 		reps, err := runAll(LockMode{Timeout: cfg.LockTimeout})
-		if cfg.PlanFile != "" && err == nil {
+		if cfg.PlanFile != "" && (err == nil || errors.Is(err, sweep.ErrUncovered)) {
+			// A refused sweep's plan says what it does not cover.
 			plan := PlanFile{Version: planVersion, CreatedAt: time.Now().UTC()}
-			for i, t := range cfg.Targets {
-				plan.Targets = append(plan.Targets, planOf(t, reps[i]))
+			for i, g := range groups {
+				plan.Targets = append(plan.Targets, planOf(g[0], reps[i]))
+				for j, t := range g[1:] {
+					// The bucket's sweep is reported on the group's first
+					// target.
+					plan.Targets = append(plan.Targets, planOf(t, RunReport{Prune: reps[i].OtherPrunes[j]}))
+				}
 			}
 			if err = writePlan(cfg.PlanFile, plan); err == nil {
 				log.Info("plan written", "plan", cfg.PlanFile, "targets", len(plan.Targets))
@@ -251,4 +282,47 @@ func run(hard, stop context.Context, cfg Config, log *slog.Logger, h *health, li
 	}
 	log.Info("sweeper stopped", "exit_code", ExitOK)
 	return ExitOK
+}
+
+// changeBindings carries out --bind or --unbind on every sweeper's bucket.
+func changeBindings(ctx context.Context, cfg Config, sweepers []*Sweeper, log *slog.Logger) error {
+	for _, sw := range sweepers {
+		p, ok := sw.blobs.(bucket.Binder)
+		if !ok {
+			return fmt.Errorf("%w: %T", bucket.ErrCannotBind, sw.blobs)
+		}
+		own, _, err := sw.store.BucketBinding(ctx)
+		if err != nil {
+			return err
+		}
+		if len(cfg.Unbind) > 0 {
+			for _, prefix := range cfg.Unbind {
+				b := cairn.Binding{Cluster: own.Cluster, Prefix: prefix}
+				if err := bucket.Unbind(ctx, sw.blobs, b); err != nil {
+					return err
+				}
+				log.Info("binding removed", "bucket", sw.opts.Bucket, "cluster", b.Cluster, "prefix", b.Prefix)
+			}
+			continue
+		}
+		stores := []*etcdstore.Store{sw.store}
+		for _, o := range sw.opts.Others {
+			stores = append(stores, o.Store)
+		}
+		for _, st := range stores {
+			b, _, err := st.BucketBinding(ctx)
+			if err != nil {
+				return err
+			}
+			if err := bucket.Record(ctx, p, b); err != nil {
+				return err
+			}
+			log.Info("binding recorded", "bucket", sw.opts.Bucket, "cluster", b.Cluster, "prefix", b.Prefix)
+		}
+		if err := bucket.MarkRegistry(ctx, p); err != nil {
+			return err
+		}
+		log.Info("binding registry marked complete", "bucket", sw.opts.Bucket)
+	}
+	return nil
 }

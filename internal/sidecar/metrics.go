@@ -6,6 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/cairnstore/cairn/sweep"
 )
 
 // MetricPrefix starts the name of every metric of the sweeper.
@@ -13,7 +15,7 @@ const MetricPrefix = "cairn_sweeper_"
 
 // results are the values of the result label of runs_total, registered up
 // front so that every series exists from the start.
-var results = []string{"success", "partial", "failure", "interrupted", "lock_held", "lock_lost", "verify_problems"}
+var results = []string{"success", "partial", "failure", "interrupted", "lock_held", "lock_lost", "verify_problems", "uncovered"}
 
 // Metrics are the sweeper's Prometheus metrics, on a registry of their own
 // that also carries the Go and process collectors.
@@ -43,6 +45,8 @@ type Metrics struct {
 	marked, aborted    prometheus.Counter
 	claimed, unsettled prometheus.Gauge
 	waitingCandidates  prometheus.Gauge
+	// The binding registry.
+	uncovered prometheus.Gauge
 }
 
 // NewMetrics creates the metrics on a new registry. dryRun sets the dry_run
@@ -55,7 +59,7 @@ func NewMetrics(dryRun bool) *Metrics {
 	m := &Metrics{
 		Registry: r,
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts(f("runs_total",
-			"Runs by result: success, partial (some blobs not deleted), failure, interrupted, lock_held, lock_lost, verify_problems.")), []string{"result"}),
+			"Runs by result: success, partial (some blobs not deleted), failure, interrupted, lock_held, lock_lost, verify_problems, uncovered (the sweep refused: the bucket is bound to a prefix this sweeper does not serve).")), []string{"result"}),
 		deleted: prometheus.NewCounter(prometheus.CounterOpts(f("deleted_blobs_total",
 			"Blobs deleted from the bucket (in a dry run: blobs that would have been deleted)."))),
 		freed: prometheus.NewCounter(prometheus.CounterOpts(f("freed_bytes_total",
@@ -99,6 +103,8 @@ func NewMetrics(dryRun bool) *Metrics {
 			"Blobs an earlier run left in the deleting state (outcome unknown) that the last sweep deleted again."))),
 		waitingCandidates: prometheus.NewGauge(prometheus.GaugeOpts(f("waiting_candidates",
 			"Unreferenced, unclaimed blobs whose grace had not passed at the last sweep."))),
+		uncovered: prometheus.NewGauge(prometheus.GaugeOpts(f("uncovered_bindings",
+			"Bindings of the bucket (prefixes on an etcd cluster) that the last sweep did not cover, plus 1 when the bucket has no binding registry: above 0 the sweep refused and deleted nothing."))),
 	}
 	pol := func(name, help string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts(f(name, help)), []string{"policy"})
@@ -112,7 +118,7 @@ func NewMetrics(dryRun bool) *Metrics {
 	r.MustRegister(m.policyCheckpoints, m.policyThreads, m.policyBlobs, m.policyBytes, m.policyProtected, m.policyBusy)
 	r.MustRegister(m.runs, m.deleted, m.freed, m.deleteFailures, m.pruned, m.duration, m.lastSuccess, m.lastRun,
 		m.dryRun, m.lockHeld, m.bucketBlobs, m.bucketBytes, m.unreferenced, m.references, m.verifyProblems,
-		m.verifyRepaired, m.busyThreadsSkipped, m.marked, m.aborted, m.claimed, m.unsettled, m.waitingCandidates)
+		m.verifyRepaired, m.busyThreadsSkipped, m.marked, m.aborted, m.claimed, m.unsettled, m.waitingCandidates, m.uncovered)
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts(f("build_info", "Always 1; the labels describe the binary.")),
 		[]string{"version", "goversion"})
@@ -171,21 +177,26 @@ func (m *Metrics) observe(rep RunReport, err error) {
 		return
 	}
 	m.duration.Observe(rep.Duration.Seconds())
-	m.pruned.Add(float64(rep.Prune.Removed))
-	m.busyThreadsSkipped.Add(float64(len(rep.Prune.Busy)))
 	policy := rep.Policy
 	if policy == "" {
 		policy = "default"
 	}
-	m.policyCheckpoints.WithLabelValues(policy).Add(float64(rep.Prune.Removed))
-	m.policyThreads.WithLabelValues(policy).Add(float64(rep.Prune.ThreadsDeleted))
-	m.policyProtected.WithLabelValues(policy).Add(float64(rep.Prune.Protected))
-	m.policyBusy.WithLabelValues(policy).Add(float64(len(rep.Prune.Busy)))
+	m.observePrune(policy, rep.Prune)
+	for i, p := range rep.OtherPrunes {
+		if i < len(rep.OtherPolicies) {
+			m.observePrune(rep.OtherPolicies[i], p)
+		}
+	}
 	if rep.Swept {
 		m.policyBlobs.WithLabelValues(policy).Add(float64(len(rep.Sweep.Deleted)))
 		m.policyBytes.WithLabelValues(policy).Add(float64(rep.Sweep.BytesFreed))
 	}
 	if rep.Swept {
+		n := len(rep.Sweep.Uncovered)
+		if rep.Sweep.Unregistered {
+			n++
+		}
+		m.uncovered.Set(float64(n))
 		m.deleted.Add(float64(len(rep.Sweep.Deleted)))
 		m.freed.Add(float64(rep.Sweep.BytesFreed))
 		m.deleteFailures.Add(float64(len(rep.Sweep.Failed)))
@@ -203,4 +214,14 @@ func (m *Metrics) observe(rep RunReport, err error) {
 		m.verifyProblems.Set(float64(len(rep.Verify.Problems)))
 		m.verifyRepaired.Add(float64(rep.Verify.Repaired))
 	}
+}
+
+// observePrune records one prefix's prune, under its policy's name.
+func (m *Metrics) observePrune(policy string, p sweep.PruneReport) {
+	m.pruned.Add(float64(p.Removed))
+	m.busyThreadsSkipped.Add(float64(len(p.Busy)))
+	m.policyCheckpoints.WithLabelValues(policy).Add(float64(p.Removed))
+	m.policyThreads.WithLabelValues(policy).Add(float64(p.ThreadsDeleted))
+	m.policyProtected.WithLabelValues(policy).Add(float64(p.Protected))
+	m.policyBusy.WithLabelValues(policy).Add(float64(len(p.Busy)))
 }

@@ -4,10 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/internal/cli"
 	"github.com/cairnstore/cairn/sweep"
 )
@@ -48,10 +51,10 @@ type policyFile struct {
 }
 
 // readPolicyFile reads the targets of a policy file. An entry without
-// s3-bucket uses defaultBucket; no two entries may share a prefix or a
-// bucket (a sweep deletes what its own store does not reference, so a
-// shared bucket would lose the other store's blobs). Its errors match
-// ErrUsage and name the file and the entry.
+// s3-bucket uses defaultBucket; no two entries may share a prefix. Entries
+// may share a bucket: the sweeper then sweeps that bucket once for all of
+// them (GroupByBucket). Its errors match ErrUsage and name the file and the
+// entry.
 func readPolicyFile(path, defaultBucket string) ([]Target, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -70,7 +73,7 @@ func parsePolicyFile(data []byte, path, defaultBucket string) ([]Target, error) 
 		return nil, cli.Usagef("--policy-file %s: no entry under prefixes", path)
 	}
 	var out []Target
-	prefixes, buckets := map[string]bool{}, map[string]bool{}
+	prefixes := map[string]bool{}
 	for i, e := range f.Prefixes {
 		where := fmt.Sprintf("--policy-file %s, entry %d", path, i+1)
 		if e.Prefix == nil {
@@ -103,13 +106,11 @@ func parsePolicyFile(data []byte, path, defaultBucket string) ([]Target, error) 
 			return nil, cli.Usagef("%s: no s3-bucket, and no --s3-bucket to fall back to", where)
 		case prefixes[t.Prefix]:
 			return nil, cli.Usagef("%s: prefix %q appears twice", where, t.Prefix)
-		case buckets[t.Bucket]:
-			return nil, cli.Usagef("%s: bucket %q already serves another prefix; each prefix needs a bucket of its own", where, t.Bucket)
 		}
 		if err := checkPolicy(t.Policy, true); err != nil {
 			return nil, cli.Usagef("%s: %v", where, err)
 		}
-		prefixes[t.Prefix], buckets[t.Bucket] = true, true
+		prefixes[t.Prefix] = true
 		out = append(out, t)
 	}
 	return out, nil
@@ -165,6 +166,11 @@ type TargetPlan struct {
 	BlobsMarked  int   `json:"blobsMarked"`
 	// Threads are the plans --apply carries out.
 	Threads []sweep.ThreadPlan `json:"threads"`
+	// Uncovered and Unregistered say the sweep refused
+	// (sweep.ErrUncovered): the bucket is bound to these prefixes, which
+	// the sweeper does not serve, or has no binding registry.
+	Uncovered    []cairn.Binding `json:"uncovered,omitempty"`
+	Unregistered bool            `json:"unregistered,omitempty"`
 }
 
 // policyJSON shows a policy with durations as text, as everywhere else.
@@ -186,6 +192,27 @@ func showPolicy(p sweep.Policy) policyJSON {
 	return policyJSON{Keep: p.Keep, MaxAge: d(p.MaxAge), DeleteIdleThreads: d(p.DeleteIdle), Protect: p.Protect, ProtectLabelPrefix: p.ProtectLabelPrefix}
 }
 
+// GroupByBucket groups targets by bucket, in the order of each bucket's
+// first target, each group sorted by prefix (byte order): the first target
+// of a group owns its sweeper and lock.
+func GroupByBucket(targets []Target) [][]Target {
+	var out [][]Target
+	at := map[string]int{}
+	for _, t := range targets {
+		i, ok := at[t.Bucket]
+		if !ok {
+			i = len(out)
+			at[t.Bucket] = i
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], t)
+	}
+	for _, g := range out {
+		slices.SortFunc(g, func(a, b Target) int { return strings.Compare(a.Prefix, b.Prefix) })
+	}
+	return out
+}
+
 // planOf is the preview of one target's dry run.
 func planOf(t Target, rep RunReport) TargetPlan {
 	threads := rep.Prune.Plans
@@ -195,7 +222,7 @@ func planOf(t Target, rep RunReport) TargetPlan {
 	return TargetPlan{Name: t.Name, Prefix: t.Prefix, Bucket: t.Bucket, Policy: showPolicy(t.Policy),
 		Checkpoints: rep.Prune.Removed, ThreadsDeleted: rep.Prune.ThreadsDeleted, Protected: rep.Prune.Protected,
 		BlobsDeleted: len(rep.Sweep.Deleted), BytesFreed: rep.Sweep.BytesFreed, BlobsMarked: rep.Sweep.Marked,
-		Threads: threads}
+		Threads: threads, Uncovered: rep.Sweep.Uncovered, Unregistered: rep.Sweep.Unregistered}
 }
 
 // writePlan writes the plan file, replacing it whole.

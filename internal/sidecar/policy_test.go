@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -328,7 +329,10 @@ prefixes:
 		{"BadDuration", "prefixes:\n  - prefix: a/\n    max-age: soon\n", nil, `entry 1: max-age: "soon" is not a duration`},
 		{"NoRule", "prefixes:\n  - prefix: a/\n", nil, "entry 1: no rule"},
 		{"NoPrefix", "prefixes:\n  - keep: 1\n", nil, "entry 1: prefix is required"},
-		{"SharedBucket", "prefixes:\n  - prefix: a/\n    keep: 1\n  - prefix: b/\n    keep: 1\n", nil, `entry 2: bucket "default-bucket" already serves another prefix`},
+		{"SharedBucket", "prefixes:\n  - prefix: b/\n    keep: 1\n  - prefix: a/\n    keep: 2\n", []Target{
+			{Name: "b/", Prefix: "b/", Bucket: "default-bucket", Policy: sweep.Policy{Keep: 1}},
+			{Name: "a/", Prefix: "a/", Bucket: "default-bucket", Policy: sweep.Policy{Keep: 2}},
+		}, ""},
 		{"TwicePrefix", "prefixes:\n  - prefix: a/\n    keep: 1\n    s3-bucket: x\n  - prefix: a/\n    keep: 1\n", nil, `entry 2: prefix "a/" appears twice`},
 		{"Empty", "prefixes: []\n", nil, "no entry"},
 	}
@@ -397,6 +401,27 @@ func TestOperatorMessages(t *testing.T) {
 				t.Errorf("output says only parse error or prints the whole help:\n%s", out.String())
 			}
 			_ = start
+		})
+	}
+}
+
+func TestGroupByBucket(t *testing.T) {
+	tg := func(prefix, bkt string) Target { return Target{Name: prefix, Prefix: prefix, Bucket: bkt} }
+	tests := []struct {
+		name string
+		in   []Target
+		want [][]Target
+	}{
+		{"OneEach", []Target{tg("a/", "x"), tg("b/", "y")}, [][]Target{{tg("a/", "x")}, {tg("b/", "y")}}},
+		{"Shared", []Target{tg("c/", "x"), tg("b/", "y"), tg("a/", "x")}, [][]Target{{tg("a/", "x"), tg("c/", "x")}, {tg("b/", "y")}}},
+		{"AllOnOne", []Target{tg("t3/", "x"), tg("t1/", "x"), tg("t2/", "x")}, [][]Target{{tg("t1/", "x"), tg("t2/", "x"), tg("t3/", "x")}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := GroupByBucket(tc.in)
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("GroupByBucket = %v; want %v", got, tc.want)
+			}
 		})
 	}
 }

@@ -52,6 +52,22 @@ type RunOptions struct {
 	RequestTimeout time.Duration
 	// Now is the sweep's clock; nil selects time.Now.
 	Now func() time.Time
+	// Bucket names the bucket in log lines.
+	Bucket string
+	// Others are the other prefixes whose objects the bucket holds: each is
+	// pruned by its own policy after the sweeper's store, and the one sweep
+	// of the bucket covers them all (sweep.Options.Others). Their stores
+	// must be on the sweeper's etcd cluster.
+	Others []OtherTarget
+}
+
+// OtherTarget is a prefix swept with the sweeper's own on one bucket.
+type OtherTarget struct {
+	Store *etcdstore.Store
+	// Policy, PolicyName and Apply are as in RunOptions, for this prefix.
+	Policy     sweep.Policy
+	PolicyName string
+	Apply      []sweep.ThreadPlan
 }
 
 // Sweeper runs the prune and the sweep under the sweeper lock. One Sweeper
@@ -126,12 +142,16 @@ type RunReport struct {
 	Locked       bool  `json:"locked"`
 	LockRevision int64 `json:"lockRevision"`
 	// Pruned and Swept say the phases ran (perhaps not to the end).
-	Pruned bool                    `json:"pruned"`
-	Prune  sweep.PruneReport       `json:"prune"`
-	Swept  bool                    `json:"swept"`
-	Sweep  sweep.Report            `json:"sweep"`
-	Verify *etcdstore.VerifyReport `json:"verify,omitempty"`
-	Start  time.Time               `json:"start"`
+	Pruned bool              `json:"pruned"`
+	Prune  sweep.PruneReport `json:"prune"`
+	// OtherPrunes are the prunes of RunOptions.Others, in their order, and
+	// OtherPolicies their policy names.
+	OtherPrunes   []sweep.PruneReport     `json:"otherPrunes,omitempty"`
+	OtherPolicies []string                `json:"otherPolicies,omitempty"`
+	Swept         bool                    `json:"swept"`
+	Sweep         sweep.Report            `json:"sweep"`
+	Verify        *etcdstore.VerifyReport `json:"verify,omitempty"`
+	Start         time.Time               `json:"start"`
 	// Duration is the time from taking the lock to the end of the run.
 	Duration time.Duration `json:"duration"`
 }
@@ -235,6 +255,25 @@ func (s *Sweeper) phases(ctx, stop context.Context, held *heldLock, st *Status, 
 			return err
 		}
 	}
+	rep.OtherPrunes = make([]sweep.PruneReport, len(s.opts.Others))
+	for _, o := range s.opts.Others {
+		rep.OtherPolicies = append(rep.OtherPolicies, o.PolicyName)
+	}
+	for i, o := range s.opts.Others {
+		if !hasRule(o.Policy) && o.Apply == nil {
+			continue
+		}
+		popts := o.Policy.PruneOptions()
+		popts.Now, popts.DryRun, popts.Apply, popts.Logger = clock, s.opts.DryRun, o.Apply, log.With("policy", o.PolicyName)
+		var err error
+		rep.OtherPrunes[i], err = sweep.Prune(ctx, &pruneStore{Store: o.Store.Guarded(held.Guard()), stop: stop}, popts)
+		if errors.Is(err, etcdstore.ErrGuardFailed) {
+			err = fmt.Errorf("%w: a prune write found the lock gone: %w", ErrLockLost, err)
+		}
+		if err = interrupted(err); err != nil {
+			return err
+		}
+	}
 	if err := stop.Err(); err != nil {
 		return fmt.Errorf("%w before the sweep", ErrInterrupted)
 	}
@@ -244,6 +283,17 @@ func (s *Sweeper) phases(ctx, stop context.Context, held *heldLock, st *Status, 
 		return err
 	}
 	refs := &refsView{store: guarded, stop: stop}
+	var others []sweep.Other
+	views := []*refsView{refs}
+	for i, o := range s.opts.Others {
+		v := &refsView{store: o.Store.Guarded(held.Guard()), stop: stop}
+		views = append(views, v)
+		var released map[string]int
+		if s.opts.DryRun {
+			released = rep.OtherPrunes[i].Released
+		}
+		others = append(others, sweep.Other{Store: v, Released: released})
+	}
 	first := true
 	before := func(bctx context.Context, batch []string) error {
 		if stop.Err() != nil {
@@ -253,8 +303,12 @@ func (s *Sweeper) phases(ctx, stop context.Context, held *heldLock, st *Status, 
 			first = false
 			// A dry run's prune removed nothing; the real run's, when it
 			// removes every thread, leaves the store empty.
-			emptied := s.opts.DryRun && rep.Prune.Threads > 0 && rep.Prune.ThreadsDeleted == rep.Prune.Threads
-			if err := s.checkNotEmpty(bctx, refs, emptied, len(batch)); err != nil {
+			threads, deleted := rep.Prune.Threads, rep.Prune.ThreadsDeleted
+			for _, p := range rep.OtherPrunes {
+				threads, deleted = threads+p.Threads, deleted+p.ThreadsDeleted
+			}
+			emptied := s.opts.DryRun && threads > 0 && deleted == threads
+			if err := s.checkNotEmpty(bctx, views, emptied, len(batch)); err != nil {
 				return err
 			}
 		}
@@ -282,8 +336,14 @@ func (s *Sweeper) phases(ctx, stop context.Context, held *heldLock, st *Status, 
 		// once its lock has expired (after two thirds of the TTL at the
 		// earliest) and the next run has settled them.
 		DeleteWithin: s.opts.LockTTL / 3,
+		Others:       others,
 		Logger:       log,
 	})
+	if errors.Is(err, sweep.ErrUncovered) {
+		log.Error("sweep refused: the bucket is bound to prefixes this sweeper does not serve; nothing deleted",
+			"phase", "bindings", "bucket", s.opts.Bucket, "uncovered", sweep.FormatBindings(rep.Sweep.Uncovered),
+			"unregistered", rep.Sweep.Unregistered, "dry_run", s.opts.DryRun)
+	}
 	if errors.Is(err, etcdstore.ErrGuardFailed) {
 		err = fmt.Errorf("%w: a sweep write found the lock gone: %w", ErrLockLost, err)
 	}
@@ -334,17 +394,23 @@ func onlyIncomplete(err error) bool {
 //
 // emptied says that the prune (of a dry run) would have removed every
 // thread, so that the real run would find the store empty.
-func (s *Sweeper) checkNotEmpty(ctx context.Context, refs *refsView, emptied bool, batch int) error {
-	if s.opts.AllowEmptyStore || (refs.seen.Load() > 0 && !emptied) {
+func (s *Sweeper) checkNotEmpty(ctx context.Context, views []*refsView, emptied bool, batch int) error {
+	var seen int64
+	for _, v := range views {
+		seen += v.seen.Load()
+	}
+	if s.opts.AllowEmptyStore || (seen > 0 && !emptied) {
 		return nil
 	}
 	if !emptied {
-		threads, err := s.store.ListThreads(ctx, "", 1)
-		if err != nil {
-			return fmt.Errorf("check that the store is not empty: %w", err)
-		}
-		if len(threads) > 0 {
-			return nil
+		for _, v := range views {
+			threads, err := v.store.ListThreads(ctx, "", 1)
+			if err != nil {
+				return fmt.Errorf("check that the store is not empty: %w", err)
+			}
+			if len(threads) > 0 {
+				return nil
+			}
 		}
 	}
 	return fmt.Errorf("%w under this prefix, yet the sweep would delete blobs (%d in the first batch); "+
@@ -444,7 +510,13 @@ type refsView struct {
 var (
 	_ cairn.BlobReferenceWalker = (*refsView)(nil)
 	_ cairn.BlobCollector       = (*refsView)(nil)
+	_ cairn.Bound               = (*refsView)(nil)
 )
+
+// BucketBinding is the store's: the sweep covers the store's binding.
+func (r *refsView) BucketBinding(ctx context.Context) (cairn.Binding, bool, error) {
+	return r.store.BucketBinding(ctx)
+}
 
 func (r *refsView) ListBlobReferences(ctx context.Context) ([]cairn.BlobReference, error) {
 	c, cancel := merge(ctx, r.stop)
@@ -508,6 +580,32 @@ func (r *refsView) EndBlobDeletes(ctx context.Context, recs []cairn.GCRecord, de
 type blobsView struct {
 	sweep.Blobs
 	stop context.Context
+}
+
+// PutIfAbsent, Head and Get are the bucket's, for the sweep's marker and
+// the binding registry (bucket.Bind); a bucket without them fails them.
+func (b blobsView) PutIfAbsent(ctx context.Context, key string, data []byte) (bool, error) {
+	p, ok := b.Blobs.(bucket.Putter)
+	if !ok {
+		return false, fmt.Errorf("%w: %T", bucket.ErrCannotBind, b.Blobs)
+	}
+	return p.PutIfAbsent(ctx, key, data)
+}
+
+func (b blobsView) Head(ctx context.Context, key string) (bucket.Object, error) {
+	r, ok := b.Blobs.(bucket.Reader)
+	if !ok {
+		return bucket.Object{}, fmt.Errorf("%w: %T", bucket.ErrCannotBind, b.Blobs)
+	}
+	return r.Head(ctx, key)
+}
+
+func (b blobsView) Get(ctx context.Context, key string) ([]byte, error) {
+	r, ok := b.Blobs.(bucket.Reader)
+	if !ok {
+		return nil, fmt.Errorf("%w: %T", bucket.ErrCannotBind, b.Blobs)
+	}
+	return r.Get(ctx, key)
 }
 
 func (b blobsView) List(ctx context.Context, prefix, token string, limit int) (bucket.Page, error) {

@@ -26,6 +26,7 @@ import (
 	"github.com/cairnstore/cairn/internal/cli"
 	"github.com/cairnstore/cairn/internal/embedetcd"
 	"github.com/cairnstore/cairn/keys"
+	"github.com/cairnstore/cairn/sweep"
 )
 
 func TestMain(m *testing.M) {
@@ -67,6 +68,11 @@ func newFixture(t *testing.T, client *clientv3.Client, seed bool) *fixture {
 	t.Cleanup(func() { f.store.Close() })
 	f.mem = bucket.NewMemory(func() time.Time { return now.Add(-24 * time.Hour) })
 	f.blobs = &recordingBlobs{Memory: f.mem}
+	// Writers bind the store to the bucket before their first upload
+	// (bucket.UploadBlobs does); the fixture uploads with bucket.PutBlobs.
+	if err := bucket.BindStore(t.Context(), f.store, f.mem); err != nil {
+		t.Fatal(err)
+	}
 	if seed {
 		f.seed(t)
 	}
@@ -132,14 +138,18 @@ func (f *fixture) sweeper(t *testing.T, opts RunOptions, m *Metrics) *Sweeper {
 }
 
 // keys returns the bucket's keys, sorted.
+// keys returns the bucket's content keys: those under the prefixes a sweep
+// lists, not the binding registry's.
 func (f *fixture) keys(t *testing.T) []string {
 	t.Helper()
 	var out []string
-	for o, err := range bucket.Objects(t.Context(), f.mem, "", 0) {
-		if err != nil {
-			t.Fatal(err)
+	for _, prefix := range sweep.Prefixes {
+		for o, err := range bucket.Objects(t.Context(), f.mem, prefix, 0) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, o.Key)
 		}
-		out = append(out, o.Key)
 	}
 	return out
 }
@@ -211,6 +221,9 @@ func (r *recordingBlobs) List(ctx context.Context, prefix, token string, limit i
 }
 
 func (r *recordingBlobs) Delete(ctx context.Context, keys []string) (bucket.DeleteResult, error) {
+	if len(keys) == 1 && strings.HasPrefix(keys[0], bucket.SweepMarkerPrefix) {
+		return r.Memory.Delete(ctx, keys) // the sweep's marker, not a batch
+	}
 	r.mu.Lock()
 	r.batches = append(r.batches, slices.Clone(keys))
 	r.mu.Unlock()
@@ -482,15 +495,15 @@ func TestRun(t *testing.T) {
 				}
 				_, err := f.sweeper(t, RunOptions{OlderThan: 0, AllowEmptyStore: allow}, nil).Run(t.Context(), t.Context(), LockMode{})
 				if allow {
-					if err != nil || f.mem.Len() != 0 {
-						t.Fatalf("err = %v, %d blobs left; want all deleted", err, f.mem.Len())
+					if left := len(f.keys(t)); err != nil || left != 0 {
+						t.Fatalf("err = %v, %d blobs left; want all deleted", err, left)
 					}
 					return
 				}
 				if !errors.Is(err, ErrEmptyStore) {
 					t.Fatalf("err = %v; want ErrEmptyStore", err)
 				}
-				equal(t, "blobs left", f.mem.Len(), 3)
+				equal(t, "blobs left", len(f.keys(t)), 3)
 			})
 		}
 	})
@@ -587,4 +600,47 @@ func equal[T comparable](t *testing.T, what string, got, want T) {
 	if got != want {
 		t.Errorf("%s = %v; want %v", what, got, want)
 	}
+}
+
+// TestRunSharedBucket: a second prefix bound to the fixture's bucket makes a
+// run of the fixture's prefix alone refuse to sweep (ExitUncovered, the
+// metrics, a log line naming the bucket and the prefix), in a dry run too,
+// deleting no blob; a run that has the second prefix among its Others prunes
+// both and sweeps the bucket.
+func TestRunSharedBucket(t *testing.T) {
+	_, client := embedetcd.ForTest(t)
+	f := newFixture(t, client, true)
+	other := newFixture(t, client, false)
+	if err := bucket.BindStore(t.Context(), other.store, f.mem); err != nil {
+		t.Fatal(err)
+	}
+	before := f.keys(t)
+	for _, dry := range []bool{true, false} {
+		m := NewMetrics(dry)
+		rep, err := f.sweeper(t, RunOptions{Keep: 1, OlderThan: 0, DryRun: dry, Bucket: "shared"}, m).Run(t.Context(), t.Context(), LockMode{})
+		if !errors.Is(err, sweep.ErrUncovered) || ExitCode(err) != ExitUncovered {
+			t.Fatalf("dry run %v: err = %v; want ErrUncovered", dry, err)
+		}
+		equal(t, "uncovered", sweep.FormatBindings(rep.Sweep.Uncovered), sweep.FormatBindings(rep.Sweep.Bindings[1:]))
+		equal(t, "uncovered_bindings", gauge(t, m, "uncovered_bindings"), 1)
+		equal(t, "uncovered runs", gauge(t, m, `runs_total{result="uncovered"}`), 1)
+		if !strings.Contains(f.log.String(), `"msg":"sweep refused: the bucket is bound to prefixes this sweeper does not serve; nothing deleted"`) ||
+			!strings.Contains(f.log.String(), `"bucket":"shared"`) || !strings.Contains(f.log.String(), other.prefix) {
+			t.Fatalf("dry run %v: no log line names the bucket and %s:\n%s", dry, other.prefix, f.log.String())
+		}
+	}
+	// The refused run pruned its own prefix, which deletes no bytes; the
+	// blobs wait for a run that covers the bucket.
+	equal(t, "blobs left", len(f.keys(t)), len(before))
+	equal(t, "checkpoints of alpha", f.checkpoints(t, "alpha"), 1)
+
+	m := NewMetrics(false)
+	rep, err := f.sweeper(t, RunOptions{Keep: 1, OlderThan: 0, Others: []OtherTarget{{Store: other.store, Policy: sweep.Policy{Keep: 1}, PolicyName: "other"}}}, m).
+		Run(t.Context(), t.Context(), LockMode{})
+	if err != nil {
+		t.Fatalf("Run with the other prefix covered: %v", err)
+	}
+	equal(t, "deleted", len(rep.Sweep.Deleted), len(f.orphans)+len(f.prunedOnly))
+	equal(t, "uncovered_bindings", gauge(t, m, "uncovered_bindings"), 0)
+	equal(t, "other policy series", gauge(t, m, `policy_checkpoints_removed_total{policy="other"}`), 0)
 }

@@ -90,3 +90,22 @@ type ImpatientWait struct{ *cairn.MemoryStore }
 func (s ImpatientWait) WaitBlobs(ctx context.Context, keys []string) error {
 	return cairn.CheckBlobKeys(keys)
 }
+
+// NoBinding is a MemoryStore that implements cairn.Bound but never reports
+// its Options.Binding: it would write to buckets without recording a
+// binding, and a sweep of another store on the bucket could not refuse.
+type NoBinding struct{ *cairn.MemoryStore }
+
+// BucketBinding implements cairn.Bound: none.
+func (s NoBinding) BucketBinding(context.Context) (cairn.Binding, bool, error) {
+	return cairn.Binding{}, false, nil
+}
+
+// SameBinding is a MemoryStore that reports one binding whatever its
+// Options.Binding: every store would look like every other to a sweep.
+type SameBinding struct{ *cairn.MemoryStore }
+
+// BucketBinding implements cairn.Bound: always the same.
+func (s SameBinding) BucketBinding(context.Context) (cairn.Binding, bool, error) {
+	return cairn.Binding{Cluster: "memory", Prefix: "shared/"}, true, nil
+}
