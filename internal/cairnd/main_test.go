@@ -33,7 +33,7 @@ func started(t *testing.T, extra ...string) (addr string, sigs chan os.Signal, c
 }
 
 // startedOn is started on the etcd member etcd, with the environment getenv.
-func startedOn(t *testing.T, etcd *embedetcd.Server, getenv func(string) string, extra ...string) (addr string, sigs chan os.Signal, code chan int, log *syncBuffer) {
+func startedOn(t *testing.T, etcd *embedetcd.Server, getenv func(string) string, extra ...string) (addr string, sigs chan os.Signal, code chan int, log *servertest.LogBuffer) {
 	t.Helper()
 	sigs = make(chan os.Signal, 2)
 	code = make(chan int, 1)

@@ -11,6 +11,7 @@ import (
 	"github.com/cairnstore/cairn/internal/cli"
 	"github.com/cairnstore/cairn/internal/embedetcd"
 	"github.com/cairnstore/cairn/internal/s3test"
+	"github.com/cairnstore/cairn/internal/server/servertest"
 	"github.com/cairnstore/cairn/internal/sharedtest"
 	"github.com/cairnstore/cairn/internal/sidecar"
 	"github.com/cairnstore/cairn/remote"
@@ -47,7 +48,7 @@ func TestThreeTenantsOneBucket(t *testing.T) {
 
 	sweeper := func(args ...string) (int, string) {
 		t.Helper()
-		log := &syncBuffer{}
+		log := &servertest.LogBuffer{}
 		args = append(append([]string{"--etcd-endpoints=" + strings.Join(etcd.Endpoints(), ","), "--probe-timeout=5s",
 			"--once", "--older-than=0s", "--log-format=json"}, s3flags...), args...)
 		code := sidecar.Main(sidecar.Env{Args: args, Getenv: getenv, Stderr: log})
