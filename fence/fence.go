@@ -432,26 +432,37 @@ func (m *Manager) Adopt(lease clientv3.LeaseID) {
 }
 
 // Renew moves the expiry of the lease (token, fence) to newExpiry if the lease
-// is current at now, and keeps the etcd lease its record is attached to alive
-// for another TTL. It reports false when the lease was released, replaced
-// or has expired, or its etcd lease has ended.
+// is current at now, then keeps the etcd lease its record is attached to
+// alive for another TTL. It reports false when the lease was released,
+// replaced or has expired, or its etcd lease has ended.
+//
+// The transaction goes first: it is a unary call, which refreshes the
+// client's auth token when the cluster says it is stale, so the keep-alive
+// stream after it carries a fresh one.
 func (m *Manager) Renew(ctx context.Context, k Keys, token string, fence int64, lease clientv3.LeaseID, now, newExpiry float64) (bool, error) {
-	if lease != 0 {
-		if _, err := m.client.KeepAliveOnce(ctx, lease); err != nil {
-			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-				return false, nil
-			}
-			return false, err
-		}
-	}
 	resp, err := m.client.Txn(ctx).
 		If(Guard(k, token, fence, now)...).
 		Then(clientv3.OpPut(k.Expiry, ExpiryValue(newExpiry), clientv3.WithIgnoreLease())).
 		Commit()
-	if err != nil {
-		return false, err
+	if err != nil || !resp.Succeeded || lease == 0 {
+		return err == nil && resp.Succeeded, err
 	}
-	return resp.Succeeded, nil
+	for attempt := 0; ; attempt++ {
+		_, err := m.client.KeepAliveOnce(ctx, lease)
+		switch {
+		case err == nil:
+			return true, nil
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			return false, nil // the record ended with it
+		case errors.Is(err, rpctypes.ErrInvalidAuthToken) && attempt < 2:
+			// A stream does not refresh the token; a unary call does.
+			if _, err := m.client.Get(ctx, k.Owner, clientv3.WithCountOnly()); err != nil {
+				return false, err
+			}
+		default:
+			return false, err
+		}
+	}
 }
 
 // Release ends the lease (token, fence). When the manager acquired it, it

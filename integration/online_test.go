@@ -731,9 +731,17 @@ func (e *onlineEnv) sweeperArgs(extra ...string) ([]string, []string) {
 		}
 		args = append(args, "--policy-file="+path)
 	}
-	env := []string{"CAIRN_S3_ACCESS_KEY_ID=" + e.srv.AccessKeyID, "CAIRN_S3_SECRET_ACCESS_KEY=" + e.srv.SecretAccessKey,
-		skewclock.Env + "=" + e.drawClock("a sweeper run").String()}
+	env := []string{"CAIRN_S3_ACCESS_KEY_ID=" + e.srv.AccessKeyID, "CAIRN_S3_SECRET_ACCESS_KEY=" + e.srv.SecretAccessKey}
 	return append(args, extra...), env
+}
+
+// campaignSweeperArgs are sweeperArgs for a run of the campaign's loop, on a
+// clock of its own (skewclock.Env). A sweeper whose clock is behind finds
+// recent uploads young and deletes them later; the runs that check the
+// outcome (the final run) read the machine's clock.
+func (e *onlineEnv) campaignSweeperArgs(extra ...string) ([]string, []string) {
+	args, env := e.sweeperArgs(extra...)
+	return args, append(env, skewclock.Env+"="+e.drawClock("a sweeper run").String())
 }
 
 // The sweeper loop's kinds of run, in turn.
@@ -880,7 +888,7 @@ func (e *onlineEnv) plainOrKilledRun(ctx context.Context, i int, kind string, re
 			}
 		}
 	}
-	args, env := e.sweeperArgs("--lock-timeout=15s")
+	args, env := e.campaignSweeperArgs("--lock-timeout=15s")
 	p, err = startSweeperProc(fmt.Sprintf("run-%d", i), e.bin, args, env, e, onLine)
 	if err != nil {
 		return false, err
@@ -966,7 +974,7 @@ func (e *onlineEnv) pausedRun(ctx context.Context, i int, res *onlineResult) (hi
 	ready := make(chan struct{})
 	listed := -1
 	var runA string
-	args, env := e.sweeperArgs("--lock-timeout=15s")
+	args, env := e.campaignSweeperArgs("--lock-timeout=15s")
 	a, err = startSweeperProc(fmt.Sprintf("run-%d-paused", i), e.bin, args, env, e, func(l string) {
 		var m struct {
 			Msg        string `json:"msg"`
@@ -1009,8 +1017,8 @@ func (e *onlineEnv) pausedRun(ctx context.Context, i int, res *onlineResult) (hi
 	stoppedAt := time.Now()
 	lockRevB := int64(0)
 	locked := make(chan struct{})
-	argsB, _ := e.sweeperArgs("--lock-timeout=20s")
-	b, err := startSweeperProc(fmt.Sprintf("run-%d-next", i), e.bin, argsB, env, e, func(l string) {
+	argsB, envB := e.campaignSweeperArgs("--lock-timeout=20s")
+	b, err := startSweeperProc(fmt.Sprintf("run-%d-next", i), e.bin, argsB, envB, e, func(l string) {
 		var m struct {
 			Msg     string `json:"msg"`
 			LockRev int64  `json:"lock_revision"`

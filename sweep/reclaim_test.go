@@ -49,6 +49,9 @@ func TestDeadClaimIsReclaimed(t *testing.T) {
 	if busy, err := writer.ClaimBlobs(ctx, l.Writer, []string{b.Key}); err != nil || len(busy) != 0 {
 		t.Fatalf("ClaimBlobs: %v, %v", busy, err)
 	}
+	if err := bucket.BindStore(ctx, writer, blobs); err != nil {
+		t.Fatal(err)
+	}
 	if err := blobs.Put(ctx, b.Key, b.Data); err != nil {
 		t.Fatal(err)
 	}

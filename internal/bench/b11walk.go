@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/bucket"
 	"github.com/cairnstore/cairn/etcdstore"
 )
 
@@ -16,6 +17,16 @@ type countingObjects struct {
 	gets, bytes       atomic.Int64
 	puts, putBytes    atomic.Int64 // PutIfAbsent calls and their bytes
 	created, creBytes atomic.Int64 // those that stored a new object
+}
+
+// List passes through to the bucket, which an etcd store needs to record its
+// binding (bucket.Binder); it is not counted.
+func (c *countingObjects) List(ctx context.Context, prefix, token string, limit int) (bucket.Page, error) {
+	l, ok := c.ObjectStore.(bucket.Lister)
+	if !ok {
+		return bucket.Page{}, fmt.Errorf("bench: %T cannot list", c.ObjectStore)
+	}
+	return l.List(ctx, prefix, token, limit)
 }
 
 func (c *countingObjects) PutIfAbsent(ctx context.Context, key string, data []byte) (bool, error) {

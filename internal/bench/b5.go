@@ -173,6 +173,15 @@ func (r *runner) b5(ctx context.Context) ([]Row, error) {
 		return nil, err
 	}
 	defer b.Close()
+	// The objects are seeded straight into the bucket: record the store's
+	// binding and the registry's marker, as sweeper --bind does for a
+	// bucket written before bindings.
+	if err := bucket.BindStore(ctx, store, b); err != nil {
+		return nil, err
+	}
+	if err := bucket.MarkRegistry(ctx, b); err != nil {
+		return nil, err
+	}
 	s3c, err := gw.client(ctx)
 	if err != nil {
 		return nil, err
@@ -276,6 +285,15 @@ func (r *runner) b5(ctx context.Context) ([]Row, error) {
 // plainReferences is the store seen without the online protocol: only its
 // references, so that the sweep takes the upstream path.
 type plainReferences struct{ s cairn.BlobReferenceWalker }
+
+// BucketBinding is the store's: the sweep covers the store it reads, with the
+// online protocol or without.
+func (p plainReferences) BucketBinding(ctx context.Context) (cairn.Binding, bool, error) {
+	if b, ok := p.s.(cairn.Bound); ok {
+		return b.BucketBinding(ctx)
+	}
+	return cairn.Binding{}, false, nil
+}
 
 func (p plainReferences) ListBlobReferences(ctx context.Context) ([]cairn.BlobReference, error) {
 	var out []cairn.BlobReference
