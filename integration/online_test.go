@@ -1199,6 +1199,11 @@ func (e *onlineEnv) finalChecks() {
 	// get the time to delete that a third of a longer TTL gives, on a
 	// loaded machine too (the later --lock-ttl wins).
 	args, env := e.sweeperArgs("--verify", "--lock-timeout=30s", "--lock-ttl=30s")
+	// Its clock is ahead of every campaign process's: a candidate record's
+	// Since is its marking run's clock, up to maxClockOffset ahead of the
+	// machine's, and the grace only runs out once the sweeper's clock has
+	// passed it. Skewed clocks delay the deletion of garbage, never more.
+	env = append(env, skewclock.Env+"=offset="+(maxClockOffset+time.Minute).String())
 	envMap := map[string]string{}
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
