@@ -27,9 +27,17 @@ import (
 // startCluster starts a three-member cluster with peer proxies for the test.
 func startCluster(t *testing.T) *harness.Cluster {
 	t.Helper()
+	return startClusterWith(t, harness.ClusterConfig{PeerProxies: true})
+}
+
+// startClusterWith starts a cluster of cfg in a directory of the test's,
+// whose members' logs are kept when the test fails.
+func startClusterWith(t *testing.T, cfg harness.ClusterConfig) *harness.Cluster {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := harness.StartCluster(ctx, harness.ClusterConfig{Dir: t.TempDir(), PeerProxies: true, Logf: t.Logf})
+	cfg.Dir, cfg.Logf = t.TempDir(), t.Logf
+	c, err := harness.StartCluster(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,26 +18,9 @@ import (
 // startRegions starts the three-region test bed (harness.ThreeRegions).
 func startRegions(t *testing.T) *harness.Cluster {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	c, err := harness.StartCluster(ctx, harness.ClusterConfig{Dir: t.TempDir(), Regions: harness.ThreeRegions, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			keepLogs(t, c)
-		}
-		c.Close()
-	})
-	return c
+	return startClusterWith(t, harness.ClusterConfig{Regions: harness.ThreeRegions})
 }
 
-// regionsTestBed checks the fidelity of the simulated WAN: the round trips
-// etcd itself measures between members are the configured ones (each is
-// printed, with its ratio: within ±10% on a quiet machine), and a region's
-// client reaches its own member at local cost while a write pays a round trip
-// to a quorum.
 // TestRegions runs the cases of the three-region test bed on one cluster, in
 // order: the test bed's fidelity first, then the cut.
 func TestRegions(t *testing.T) {
