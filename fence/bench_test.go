@@ -57,26 +57,24 @@ func BenchmarkAcquire(b *testing.B) {
 // bareAcquires sends the acquire's transaction, on an etcd lease granted
 // once, gap apart (not timed).
 func bareAcquires(ctx context.Context, b *testing.B, cli *clientv3.Client, name string, gap time.Duration) {
-	{
-		g, err := cli.Grant(ctx, 10)
-		if err != nil {
+	g, err := cli.Grant(ctx, 10)
+	if err != nil {
+		b.Fatal(err)
+	}
+	i := 0
+	for b.Loop() {
+		if gap > 0 {
+			b.StopTimer()
+			time.Sleep(gap)
+			b.StartTimer()
+		}
+		w, x := fmt.Sprintf("b%s/w%d", name, i), fmt.Sprintf("b%s/x%d", name, i)
+		opt := clientv3.WithLease(g.ID)
+		take := []clientv3.Op{clientv3.OpPut(w, "t", opt), clientv3.OpPut(x, fence.ExpiryValue(1e18), opt)}
+		if _, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(w), "=", 0)).Then(take...).
+			Else(clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(x), "<", "0")}, take, nil)).Commit(); err != nil {
 			b.Fatal(err)
 		}
-		i := 0
-		for b.Loop() {
-			if gap > 0 {
-				b.StopTimer()
-				time.Sleep(gap)
-				b.StartTimer()
-			}
-			w, x := fmt.Sprintf("b%s/w%d", name, i), fmt.Sprintf("b%s/x%d", name, i)
-			opt := clientv3.WithLease(g.ID)
-			take := []clientv3.Op{clientv3.OpPut(w, "t", opt), clientv3.OpPut(x, fence.ExpiryValue(1e18), opt)}
-			if _, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(w), "=", 0)).Then(take...).
-				Else(clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(x), "<", "0")}, take, nil)).Commit(); err != nil {
-				b.Fatal(err)
-			}
-			i++
-		}
+		i++
 	}
 }
