@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/cairnstore/cairn/internal/buildinfo"
 	"github.com/cairnstore/cairn/sweep"
 )
 
@@ -127,7 +128,7 @@ func NewMetrics(dryRun bool) *Metrics {
 		version, goVersion = bi.Main.Version, bi.GoVersion
 	}
 	build.WithLabelValues(version, goVersion).Set(1)
-	r.MustRegister(build)
+	r.MustRegister(build, buildinfo.Collector("sweeper"))
 	for _, res := range results {
 		m.runs.WithLabelValues(res)
 	}
