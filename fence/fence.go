@@ -364,8 +364,15 @@ func (m *Manager) Acquire(ctx context.Context, k Keys, token string, now, expire
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) && attempt == 0 {
 			continue // the spare ended before it was taken; take another
 		}
-		if err != nil || held != nil {
-			m.giveBack(lease)
+		if held != nil {
+			m.giveBack(lease) // nothing was attached to it
+			return acq, held, err
+		}
+		if err != nil {
+			// The transaction may have attached the record to the lease
+			// (an answer lost): it is neither reused nor revoked. A retry
+			// that finds the record adopts it (Adopt); otherwise nothing
+			// keeps it alive and etcd ends it within its TTL.
 			return acq, held, err
 		}
 		m.mu.Lock()
