@@ -207,3 +207,42 @@ func TestRetryAfterLeaseExpiry(t *testing.T) {
 		t.Fatalf("state %+v", got)
 	}
 }
+
+// TestAcquireAnswerLost: the answer of an acquire's transaction is lost after
+// etcd applied it. The store's retry finds its own token and takes that lease,
+// with the etcd lease the lost attempt attached the record to: renewing keeps
+// it, releasing revokes it, and that etcd lease is never handed to another
+// record (which its revoke would end too).
+func TestAcquireAnswerLost(t *testing.T) {
+	x := newOutcomeFixture(t)
+	ctx := testContext(t)
+	x.failNext(true, nil)
+	l, err := x.s.AcquireWriter(ctx, "lost")
+	if err != nil {
+		t.Fatalf("AcquireWriter with its answer lost: %v", err)
+	}
+	if got := x.f.calls.Load(); got < 2 {
+		t.Fatalf("%d write transactions; want the lost one and the retry", got)
+	}
+	// Other records, acquired after, must not share its etcd lease.
+	var others []*cairn.Lease
+	for i := range 6 {
+		o, err := x.s.AcquireWriter(ctx, fmt.Sprintf("other-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		others = append(others, o)
+	}
+	if _, err := l.Renew(ctx); err != nil {
+		t.Fatalf("Renew of the lease taken by the retry: %v", err)
+	}
+	l.Release(ctx)
+	for _, o := range others {
+		if _, err := o.Renew(ctx); err != nil {
+			t.Fatalf("the release of the lease whose answer was lost ended another lease: %v", err)
+		}
+	}
+	if _, err := x.s.AcquireWriter(ctx, "lost"); err != nil {
+		t.Fatalf("AcquireWriter after the release: %v", err)
+	}
+}
