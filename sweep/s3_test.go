@@ -88,7 +88,10 @@ func newScenario(n int) sweepScenario {
 func TestSweepOnGofakes3(t *testing.T) {
 	t.Run("Rules", func(t *testing.T) {
 		fake := s3test.StartFake(t, s3test.FakeOptions{Start: now.Add(-3 * time.Hour)})
-		b := s3Bucket(t, &fake.Server, 1)
+		// The SDK may retry a request whose connection broke (on a loaded
+		// machine, rarely, an answer of gofakes3's is cut): see the batch
+		// check below.
+		b := s3Bucket(t, &fake.Server, 3)
 		sc := newScenario(2100)
 		putAll(t, b, slices.Concat(sc.old, sc.referenced, sc.outside))
 		fake.Clock.Set(now.Add(-time.Hour)) // exactly OlderThan: kept
@@ -102,7 +105,10 @@ func TestSweepOnGofakes3(t *testing.T) {
 		if want := sorted(sc.old...); !slices.Equal(rep.Deleted, want) {
 			t.Fatalf("deleted %d keys; want the %d old unreferenced ones", len(rep.Deleted), len(want))
 		}
-		if got := fake.DeleteBatches(); !slices.Equal(got, []int{1000, 1000, 100}) {
+		// Three requests of 1000, 1000 and 100 keys; a request the SDK sent
+		// again after a broken connection shows as one more of its size.
+		got := fake.DeleteBatches()
+		if sum := sumInts(got); sum == 2100 && !slices.Equal(got, []int{1000, 1000, 100}) || sum != 2100 && !retriedBatches(got, []int{1000, 1000, 100}) {
 			t.Errorf("DeleteObjects requests carried %v keys; want [1000 1000 100]", got)
 		}
 		if want := sorted(slices.Concat(sc.referenced, sc.outside, sc.young)...); !slices.Equal(fake.Keys(t), want) {
@@ -241,4 +247,28 @@ func TestRunOnVersityGW(t *testing.T) {
 	if _, err := bucket.ReadBlob(t.Context(), b, bucket.FileKey([]byte("v1"))); !errors.Is(err, bucket.ErrMissingBlob) {
 		t.Errorf("swept blob read = %v; want ErrMissingBlob", err)
 	}
+}
+
+func sumInts(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}
+
+// retriedBatches reports whether got is want with some requests repeated
+// right after themselves (the SDK's retries).
+func retriedBatches(got, want []int) bool {
+	i := 0
+	for j, g := range got {
+		switch {
+		case i < len(want) && g == want[i]:
+			i++
+		case j > 0 && g == got[j-1]:
+		default:
+			return false
+		}
+	}
+	return i == len(want)
 }
