@@ -12,7 +12,7 @@ import (
 func naiveEntriesValid(files []cairn.Entry) bool {
 	var earlier []cairn.Entry
 	for _, e := range files {
-		if !cairn.ValidatePath(e.Path) {
+		if len(e.Path) > cairn.MaxPathBytes || !cairn.ValidatePath(e.Path) {
 			return false
 		}
 		for _, p := range earlier {
@@ -50,6 +50,7 @@ func FuzzValidateEntries(f *testing.F) {
 	for _, seed := range []string{
 		"f a\nf a/b", "f a/b\nf a", "f a/b\nd a", "d a\nf a/b", "f x/a\nf x/b\nf x", "f x/a\nd x/b\nf x/b/c",
 		"f a/b/c\nf a/b/d\nf a/b", "d a\nd a", "f C:foo\nf C:/x", "f a//b", "f ./x", "q a", "f a/b\nf a/c\nf a/b/c",
+		"f " + strings.Repeat("a", cairn.MaxPathBytes), "f " + strings.Repeat("a", cairn.MaxPathBytes+1),
 	} {
 		f.Add(seed)
 	}

@@ -15,13 +15,15 @@ import (
 )
 
 func FuzzValidateID(f *testing.F) {
-	for _, s := range []string{"", "a", " ", "\x00", "a/b", "é", "😀", surrogate, "\xff", "a\xc3", "\xc0\x80", "\uFFFD"} {
+	for _, s := range []string{"", "a", " ", "\x00", "a/b", "é", "😀", surrogate, "\xff", "a\xc3", "\xc0\x80", "\uFFFD",
+		strings.Repeat("a", cairn.MaxIDBytes), strings.Repeat("a", cairn.MaxIDBytes+1), strings.Repeat("é", cairn.MaxIDBytes/2+1)} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		err := cairn.ValidateID(s, "id")
-		if valid := s != "" && utf8.ValidString(s); valid != (err == nil) {
-			t.Fatalf("ValidateID(%q) = %v; valid UTF-8 and non-empty: %v", s, err, valid)
+		valid := s != "" && utf8.ValidString(s) && len(s) <= cairn.MaxIDBytes
+		if valid != (err == nil) {
+			t.Fatalf("ValidateID(%q) = %v; valid UTF-8, non-empty and at most %d bytes: %v", s, err, cairn.MaxIDBytes, valid)
 		}
 		if err != nil && cairn.CodeOf(err) != cairn.CodeInvalidID {
 			t.Fatalf("ValidateID(%q) = %v, want ErrInvalidID", s, err)
