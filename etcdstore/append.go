@@ -199,9 +199,10 @@ func (w *newCheckpoint) checkSize() error {
 
 // publishFixedOps counts the publish operations other than chunks and
 // reference records: the thread record, the checkpoint record and the index
-// record. transcriptOps reserves room for a fork's transcript.
+// record, and the read permit. transcriptOps reserves room for a fork's
+// transcript.
 const (
-	publishFixedOps = 3
+	publishFixedOps = 4
 	transcriptOps   = 8
 )
 
@@ -229,7 +230,7 @@ func (s *Store) blobs(w *newCheckpoint, thread string, seq uint64, n keys.Nonce)
 // record's value shares w's body (see recordValue).
 func (s *Store) records(w *newCheckpoint, st threadState, seq uint64, n keys.Nonce) []*etcdserverpb.RequestOp {
 	c := w.c
-	rec := st.nextRecord(w, seq, n)
+	rec := st.nextRecord(w, seq, n, s.localReads)
 	meta := ckptMeta{
 		Seq: seq, Nonce: rec.Op, Shards: w.mask, Chunks: w.chunks(), Size: len(w.body),
 	}
@@ -246,16 +247,26 @@ func (s *Store) records(w *newCheckpoint, st threadState, seq uint64, n keys.Non
 	tv := rec.appendJSON(make([]byte, 0, 160+len(rec.Head)))
 	idx := idxRec{Thread: c.ThreadID, CreatedAt: keyFloat(c.CreatedAt), Seq: seq, Nonce: rec.Op}
 	iv := idx.appendJSON(make([]byte, 0, 100+len(idx.Thread)))
-	return []*etcdserverpb.RequestOp{
+	ops := []*etcdserverpb.RequestOp{
 		putReqBytes(s.layout.Thread(c.ThreadID), tv),
 		putReqBytes(s.layout.Checkpoint(c.ThreadID, c.CreatedAt, c.ID), value),
 		putReqBytes(s.layout.Index(c.ID), iv),
 	}
+	if rec.LocalReads {
+		// The permit goes with the thread record: a deletion between its
+		// withdrawal and its commit compares the thread record, so a write
+		// that puts the permit back makes it start over.
+		ops = append(ops, putReqBytes(s.layout.ReadPermit(c.ThreadID), permitValue))
+	}
+	return ops
 }
 
-func (st threadState) nextRecord(w *newCheckpoint, seq uint64, n keys.Nonce) threadRec {
+// nextRecord is the thread record that publishes w at seq; local is
+// Options.LocalReads, which marks the thread as one with read permits.
+func (st threadState) nextRecord(w *newCheckpoint, seq uint64, n keys.Nonce, local bool) threadRec {
 	rec := st.rec
 	rec.Head, rec.HeadSeq, rec.HeadCreatedAt, rec.LastSeq, rec.Op = w.c.ID, seq, keyFloat(w.c.CreatedAt), seq, n.String()
+	rec.LocalReads = rec.LocalReads || local
 	return rec
 }
 
@@ -485,7 +496,7 @@ func (op *appendOp) run(ctx context.Context, pending error, pendingRev int64) (e
 			continue
 		}
 		if resp.Succeeded {
-			s.remember(c.ThreadID, threadState{rec: st.nextRecord(op.w, seq, op.nonce), rev: resp.Header.Revision})
+			s.remember(c.ThreadID, threadState{rec: st.nextRecord(op.w, seq, op.nonce, s.localReads), rev: resp.Header.Revision})
 			s.heads.remember(c.ThreadID, c.ID, resp.Header.Revision, op.w.objects)
 			op.staging.close()
 			op.staging = nil

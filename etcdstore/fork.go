@@ -228,7 +228,7 @@ func (op *forkOp) run(ctx context.Context, pending error, pendingRev int64) (*ca
 			continue
 		}
 		if resp.Succeeded {
-			s.remember(dest, threadState{rec: destSt.nextRecord(w, seq, op.nonce), rev: resp.Header.Revision})
+			s.remember(dest, threadState{rec: destSt.nextRecord(w, seq, op.nonce, s.localReads), rev: resp.Header.Revision})
 			staging.close()
 			staging = nil
 			out := root.Clone()

@@ -35,6 +35,9 @@ func (rec *threadRec) appendJSON(b []byte) []byte {
 	if rec.Op != "" {
 		b = appendJSONString(append(b, `,"op":`...), rec.Op)
 	}
+	if rec.LocalReads {
+		b = append(b, `,"localReads":true`...)
+	}
 	return append(b, '}')
 }
 

@@ -78,6 +78,17 @@ type Options struct {
 	// InlineLimit is the largest encoded body, in bytes, that stays inline in
 	// version 1 when Objects is set. Zero selects 64 KiB.
 	InlineLimit int
+	// LocalReads serves Get from the member the client is connected to,
+	// without a round trip to the leader, when that member's state shows the
+	// checkpoint and its thread's read permit; otherwise Get reads
+	// linearizably as before. Give the client only the endpoints of the
+	// region's own members. Threads this store writes get read permits, and
+	// from then on every deletion of their checkpoints (DeleteHead,
+	// DeleteCheckpoints, DeleteThread, by any store) waits until every
+	// member has applied the permit's withdrawal, so a deletion stalls while
+	// a member is unreachable (docs/design.md, "Local reads of what never
+	// changes"). Heads, lists and writes are unchanged.
+	LocalReads bool
 }
 
 // Store is a cairn.Store on etcd. It is safe for concurrent use. Create it
@@ -108,6 +119,10 @@ type Store struct {
 	inlineLimit int
 	objCache    *objCache
 	heads       *headObjects
+
+	// localReads is Options.LocalReads; reads counts how Gets were served.
+	localReads bool
+	reads      *readCounts
 }
 
 // threadCache holds the last known thread records, by thread, so that the
@@ -173,6 +188,8 @@ func New(client *clientv3.Client, prefix string, opts Options) (*Store, error) {
 		inlineLimit: inline,
 		objCache:    newObjCache(objectCacheBytes),
 		heads:       &headObjects{m: map[string]headSet{}},
+		localReads:  opts.LocalReads,
+		reads:       &readCounts{},
 	}, nil
 }
 
@@ -202,6 +219,13 @@ type threadRec struct {
 	// Op is the nonce of the write that produced this record, so that a
 	// retry after an unknown outcome can tell whether that write landed.
 	Op string `json:"op,omitempty"`
+	// LocalReads is set by the first write of a store with
+	// Options.LocalReads and never cleared: from then on the thread has a
+	// read permit (keys.Layout.ReadPermit) whenever no deletion is under
+	// way, and every deletion of its checkpoints, by any store, withdraws
+	// the permit and waits for every member before it commits (see
+	// withdrawPermit).
+	LocalReads bool `json:"localReads,omitempty"`
 }
 
 // threadState is a thread record with its mod revision; Rev 0 means the
