@@ -16,7 +16,7 @@ STATICCHECK_VERSION := v0.8.2
 
 FUZZTIME ?= 10s
 
-.PHONY: all test unit lint docs docs-check release fuzz tools proto proto-check debian-etcd integration campaign cluster demo bench clean ts ts-bench test-contended
+.PHONY: all test unit lint docs docs-check release fuzz tools proto proto-check debian-etcd integration campaign cluster demo bench bench-regions clean ts ts-bench test-contended
 
 # testsum counts the events of go test -json: every test target ends with one
 # line, N passed, N failed (, N skipped), and shows the whole output of what
@@ -226,6 +226,15 @@ bench: $(BIN)/versitygw
 	$(GO) build -o $(BIN)/cairn-bench ./cmd/cairn-bench
 	$(BIN)/cairn-bench -v -versitygw $(BIN)/versitygw $(if $(QUICK),-quick) $(BENCHFLAGS)
 	$(MAKE) ts-bench
+	$(MAKE) bench-regions
+
+## bench-regions: rows B12 to B15 (what each operation costs from each region)
+## on the three-region test bed: TestRegions/Costs with SAMPLES samples a
+## figure (the unit tests run it with 7).
+SAMPLES ?= 31
+bench-regions:
+	$(GO) test -count=1 -timeout 30m -run 'TestRegions/(TestBed|Costs)$$' -v ./integration/ -args -regions.samples=$(SAMPLES) | \
+	  grep -E '^\s+(regions_costs_test|regions_test).go|B1[2-5] |^(---|ok|FAIL|PASS)'
 
 ## ts-bench: B10 with its TypeScript row: the Go client's and the TypeScript
 ## client's append p50 (200 entries) through cairnd, side by side.

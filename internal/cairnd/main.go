@@ -73,10 +73,12 @@ type Config struct {
 	ProbeTimeout    time.Duration
 	TestClock       bool
 	ServeCollector  bool
-	Dev             bool
-	DevData         string
-	LogFormat       string
-	LogLevel        slog.Level
+	// LocalReads is etcdstore.Options.LocalReads for every tenant.
+	LocalReads bool
+	Dev        bool
+	DevData    string
+	LogFormat  string
+	LogLevel   slog.Level
 
 	set *cli.Set
 }
@@ -110,6 +112,7 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Config, er
 	s.Var(cli.Duration{D: &c.ProbeTimeout}, "probe-timeout", "deadline of the start-up checks of etcd and the bucket")
 	s.BoolVar(&c.TestClock, "test-clock", c.TestClock, "serve TestClockService: sessions whose clock the client sets (for conformance suites; never in production)")
 	s.BoolVar(&c.ServeCollector, "serve-collector", c.ServeCollector, "serve BlobCollectorService, the sweeper's side of the online sweep")
+	s.BoolVar(&c.LocalReads, "local-reads", c.LocalReads, "answer Get from the etcd member(s) of --etcd-endpoints without a round trip to the leader when they hold the checkpoint; deletions then wait for every member (docs/regions.md)")
 	s.BoolVar(&c.Dev, "dev", c.Dev, "run on an embedded etcd and a local S3 server (internal/devstack) on loopback; prints a token when none is given")
 	s.StringVar(&c.DevData, "dev-data", c.DevData, "data directory of --dev (default: a new temporary directory, deleted at exit)")
 	s.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")
@@ -277,7 +280,7 @@ func run(cfg Config, log *slog.Logger, e Env) error {
 		return err
 	}
 	defer client.Close()
-	opts := etcdstore.Options{Logger: log}
+	opts := etcdstore.Options{Logger: log, LocalReads: cfg.LocalReads}
 	if cfg.S3.Bucket != "" {
 		blobs, err := cli.OpenBucket(ctx, cfg.S3, cfg.ProbeTimeout)
 		if err != nil {
