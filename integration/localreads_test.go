@@ -2,8 +2,10 @@ package integration
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,9 +14,13 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"github.com/anishathalye/porcupine"
+
 	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/conformance"
 	"github.com/cairnstore/cairn/etcdstore"
 	"github.com/cairnstore/cairn/integration/internal/harness"
+	"github.com/cairnstore/cairn/integration/internal/lincheck"
 )
 
 // overclaimStatus answers every member status request itself, without
@@ -206,4 +212,208 @@ func regionLocalReads(t *testing.T, c *harness.Cluster) {
 	if fell > 1 {
 		t.Errorf("%d of C's Gets of a committed checkpoint fell back", fell)
 	}
+}
+
+// regionCampaign runs the random workload of the fault campaign on the
+// test bed, every store with local reads and one client per region, while
+// region C's member is paused (a member that applies nothing for a while)
+// and blackholed in turn, then checks the history, which includes the
+// local Gets, for linearizability, and the fences.
+func regionCampaign(t *testing.T, c *harness.Cluster) {
+	bkt, _ := newS3(t)
+	blobs := blobPool(t, bkt)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	moveLeaderTo(t, ctx, c, c.RegionOf("A"))
+	var eps []string
+	for _, r := range []string{"A", "B", "C"} {
+		eps = append(eps, c.RegionOf(r).RegionURL)
+	}
+	camp := newCampaign(t, eps, "regions-campaign/", blobs)
+	defer camp.closeStores()
+	camp.opTimeout = 4 * time.Second // a write from C is ~300 ms; a deletion waits for a paused C
+	camp.useLocalReads()
+	camp.setupSource()
+	member := c.RegionOf("C")
+	var pauses, cuts int
+	faults := func(ctx context.Context) error {
+		for {
+			for _, step := range []struct {
+				do, undo func()
+				n        *int
+				hold     time.Duration
+			}{
+				{member.Pause, member.Resume, &pauses, 1200 * time.Millisecond},
+				{member.Blackhole, member.Unblackhole, &cuts, 2 * time.Second},
+			} {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(1500 * time.Millisecond):
+				}
+				step.do()
+				*step.n++
+				select {
+				case <-ctx.Done():
+				case <-time.After(step.hold):
+				}
+				step.undo()
+			}
+		}
+	}
+	if err := camp.runWorkload(campaignRegionsDuration, workloadConfig{threads: 3, writersPerThread: 2, readers: 3, forkers: 1, staleOneIn: 4}, faults, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitHealthy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	camp.finalReads(0)
+	served, fell := camp.localReadCounts()
+	ops := camp.hist.Operations()
+	t.Logf("history: %d operations:%s; C paused %d times and blackholed %d times; Gets: %d answered locally, %d fell back", len(ops), lincheck.Summary(ops), pauses, cuts, served, fell)
+	if served == 0 {
+		t.Error("no Get of the campaign was answered locally")
+	}
+	res, err := camp.checkAll(ctx, "regions-campaign")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range res.findings {
+		t.Errorf("content: %s", f)
+	}
+	if res.lin.Verdict != porcupine.Ok {
+		t.Errorf("history is not linearizable (%s); visualization: %s %v", res.lin.Verdict, res.lin.Visualization, res.lin.VisualizationErr)
+	} else {
+		t.Logf("linearizable: %d operations", res.ops)
+	}
+	for _, v := range res.fences.Violations {
+		t.Errorf("fence: %s", v)
+	}
+	for _, u := range res.fences.Unknown {
+		t.Errorf("fence: a committed write no recorded operation sent: %s", u)
+	}
+	for _, u := range res.fences.Unattributed {
+		t.Errorf("fence: records written outside every checked write: %s", u)
+	}
+}
+
+// campaignRegionsDuration is how long regionCampaign's workload runs.
+const campaignRegionsDuration = 40 * time.Second
+
+// regionsSoak is how long regionJitter runs: 2 minutes in the unit tests,
+// longer behind the flag (-regions.soak=10m).
+var regionsSoak = flag.Duration("regions.soak", 2*time.Minute, "how long TestRegions/Jitter runs writers while region C's links jitter")
+
+// regionJitter runs a writer in each region, renewing its lease every
+// RenewAfter and appending in between, while everything region C's member
+// sends varies by ±50 ms around its delay (round trips to C of 140 and
+// 100 ms ± 50 ms). No lease may expire under its holder: every renewal and
+// append succeeds.
+func regionJitter(t *testing.T, c *harness.Cluster) {
+	ctx, cancel := context.WithTimeout(context.Background(), *regionsSoak+2*time.Minute)
+	defer cancel()
+	_, el := harness.RegionTimers(harness.ThreeRegions)
+	lease := 3 * harness.MinLeaseTTL(el)
+	cut := c.RegionOf("C")
+	cut.Jitter(50 * time.Millisecond)
+	defer cut.Jitter(0)
+	end := time.Now().Add(*regionsSoak)
+	type result struct {
+		region            string
+		appends, renewals int
+		err               error
+	}
+	results := make(chan result, 3)
+	for _, r := range []string{"A", "B", "C"} {
+		go func() {
+			res := result{region: r}
+			defer func() { results <- res }()
+			cli, err := c.Client(c.RegionOf(r).RegionURL)
+			if err != nil {
+				res.err = err
+				return
+			}
+			defer cli.Close()
+			s, err := etcdstore.New(cli, "regions-jitter/", etcdstore.Options{Options: cairn.Options{LeaseDuration: lease, RenewAfter: lease / 3}, LocalReads: true})
+			if err != nil {
+				res.err = err
+				return
+			}
+			defer s.Close()
+			l, err := s.AcquireWriter(ctx, "t"+r)
+			if err != nil {
+				res.err = err
+				return
+			}
+			renewed, prev := time.Now(), ""
+			for i := 0; time.Now().Before(end); i++ {
+				if time.Since(renewed) >= l.RenewAfter {
+					if _, err := l.Renew(ctx); err != nil {
+						res.err = fmt.Errorf("renewal %d: %w", res.renewals+1, err)
+						return
+					}
+					renewed = time.Now()
+					res.renewals++
+				}
+				id := fmt.Sprintf("%s-%d", r, i)
+				if _, err := s.Append(ctx, cairn.AppendInput{Writer: l.Writer, ExpectedHeadID: prev, Checkpoint: cairn.Checkpoint{
+					ID: id, ThreadID: "t" + r, ParentCheckpointID: prev, CreatedAt: float64(i + 1), Reason: cairn.ReasonAutomatic,
+					Conversation: []byte(`[]`)}}); err != nil {
+					res.err = fmt.Errorf("append %d: %w", i, err)
+					return
+				}
+				prev = id
+				res.appends++
+			}
+			l.Release(ctx)
+		}()
+	}
+	for range 3 {
+		res := <-results
+		t.Logf("region %s: %d appends, %d renewals over %v with C's links jittering ±50 ms", res.region, res.appends, res.renewals, *regionsSoak)
+		if res.err != nil {
+			t.Errorf("region %s: %v", res.region, res.err)
+		}
+	}
+}
+
+// regionConformance runs the contract's suites that read what deletions
+// change (store, prune, deleteThread, fork) on stores with local reads in
+// region C, the region farthest from the leader, whose member applies
+// every commit last.
+func regionConformance(t *testing.T, c *harness.Cluster) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	moveLeaderTo(t, ctx, c, c.RegionOf("A"))
+	cli, err := c.Client(c.RegionOf("C").RegionURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	var (
+		n      atomic.Int64
+		served atomic.Int64
+		fell   atomic.Int64
+	)
+	newStore := func(t *testing.T, opts cairn.Options) *etcdstore.Store {
+		s, err := etcdstore.New(cli, fmt.Sprintf("regions-conformance-%d/", n.Add(1)), etcdstore.Options{Options: opts, LocalReads: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			a, b := s.LocalReadCounts()
+			served.Add(a)
+			fell.Add(b)
+			s.Close()
+		})
+		return s
+	}
+	storeFactory := func(t *testing.T, opts cairn.Options) cairn.Store { return newStore(t, opts) }
+	conformance.RunStoreTests(t, storeFactory)
+	conformance.RunPruneTests(t, storeFactory)
+	conformance.RunDeleteThreadTests(t, storeFactory)
+	conformance.RunForkTests(t, func(t *testing.T, opts cairn.Options) conformance.ForkStore { return newStore(t, opts) })
+	t.Cleanup(func() {
+		t.Logf("%d stores; their Gets: %d answered by C's member, %d fell back", n.Load(), served.Load(), fell.Load())
+	})
 }

@@ -31,6 +31,9 @@ func TestRegions(t *testing.T) {
 	t.Run("TestBed", func(t *testing.T) { regionsTestBed(t, c) })
 	t.Run("LocalReads", func(t *testing.T) { regionLocalReads(t, c) })
 	t.Run("Costs", func(t *testing.T) { regionCosts(t, c) })
+	t.Run("Campaign", func(t *testing.T) { regionCampaign(t, c) })
+	t.Run("Jitter", func(t *testing.T) { regionJitter(t, c) })
+	t.Run("Conformance", func(t *testing.T) { regionConformance(t, c) })
 	t.Run("CutOff", func(t *testing.T) { regionCutOff(t, c) })
 }
 

@@ -132,3 +132,10 @@ func (c *Cluster) RegionOf(name string) *Member {
 	}
 	return nil
 }
+
+// Jitter makes the delay of what the member sends its peers vary uniformly
+// within ±rv around its region's PeerDelay (etcd's proxy draws each write's
+// delay); Jitter(0) restores the fixed delay. It needs ClusterConfig.Regions.
+func (m *Member) Jitter(rv time.Duration) {
+	m.proxy.DelayRx(m.Region.PeerDelay, rv)
+}
