@@ -230,10 +230,12 @@ bench: $(BIN)/versitygw
 
 ## bench-regions: rows B12 to B15 (what each operation costs from each region)
 ## on the three-region test bed: TestRegions/Costs with SAMPLES samples a
-## figure (the unit tests run it with 7).
+## figure (the unit tests run it with 7); CONFORMANCE=1 also runs the
+## contract's suites there with local reads (TestRegions/Conformance, ~20 min).
 SAMPLES ?= 31
 bench-regions:
-	$(GO) test -count=1 -timeout 30m -run 'TestRegions/(TestBed|Costs)$$' -v ./integration/ -args -regions.samples=$(SAMPLES) | \
+	$(GO) test -count=1 -timeout 60m -run 'TestRegions/(TestBed|Costs$(if $(CONFORMANCE),|Conformance))$$' -v ./integration/ \
+	  -args -regions.samples=$(SAMPLES) $(if $(CONFORMANCE),-regions.conformance) | \
 	  grep -E '^\s+(regions_costs_test|regions_test).go|B1[2-5] |^(---|ok|FAIL|PASS)'
 
 ## ts-bench: B10 with its TypeScript row: the Go client's and the TypeScript

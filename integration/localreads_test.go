@@ -377,11 +377,18 @@ func regionJitter(t *testing.T, c *harness.Cluster) {
 	}
 }
 
+// regionsConformance turns TestRegions/Conformance on: the suites pay the
+// test bed's round trips on every write, about 20 minutes in all.
+var regionsConformance = flag.Bool("regions.conformance", false, "run TestRegions/Conformance (about 20 minutes)")
+
 // regionConformance runs the contract's suites that read what deletions
 // change (store, prune, deleteThread, fork) on stores with local reads in
 // region C, the region farthest from the leader, whose member applies
 // every commit last.
 func regionConformance(t *testing.T, c *harness.Cluster) {
+	if !*regionsConformance {
+		t.Skip("the suites on the test bed take about 20 minutes; -regions.conformance runs them (make bench-regions CONFORMANCE=1)")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	moveLeaderTo(t, ctx, c, c.RegionOf("A"))
