@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -423,4 +424,75 @@ func regionConformance(t *testing.T, c *harness.Cluster) {
 	t.Cleanup(func() {
 		t.Logf("%d stores; their Gets: %d answered by C's member, %d fell back", n.Load(), served.Load(), fell.Load())
 	})
+}
+
+// regionLeaderCutOff blackholes region C's member while it leads, and
+// measures how long appends from A take to succeed again: a new leader is
+// elected once A and B miss C's heartbeats for an election timeout. The
+// target is two election timeouts; the figure is printed, not asserted.
+func regionLeaderCutOff(t *testing.T, c *harness.Cluster) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cut := c.RegionOf("C")
+	moveLeaderTo(t, ctx, c, cut)
+	_, el := harness.RegionTimers(harness.ThreeRegions)
+	lease := 3 * harness.MinLeaseTTL(el)
+	cli, err := c.Client(c.RegionOf("A").RegionURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	s, err := etcdstore.New(cli, "regions-leader-cut/", etcdstore.Options{Options: cairn.Options{LeaseDuration: lease, RenewAfter: lease / 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	l, err := s.AcquireWriter(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// appendOne reads the head and appends on it, within timeout.
+	appendOne := func(id string, timeout time.Duration) error {
+		actx, acancel := context.WithTimeout(ctx, timeout)
+		defer acancel()
+		head, err := s.GetHead(actx, "t")
+		if err != nil {
+			return err
+		}
+		_, err = s.Append(actx, cairn.AppendInput{Writer: l.Writer, ExpectedHeadID: head, Checkpoint: cairn.Checkpoint{
+			ID: id, ThreadID: "t", ParentCheckpointID: head, CreatedAt: cairn.SystemClock(), Reason: cairn.ReasonAutomatic, Conversation: []byte(`[]`)}})
+		return err
+	}
+	if err := appendOne("before", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	cut.Blackhole()
+	defer func() {
+		cut.Unblackhole()
+		if err := c.WaitHealthy(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	start := time.Now()
+	var tries int
+	for i := 0; ; i++ {
+		tries++
+		err := appendOne(fmt.Sprintf("during-%d", i), 600*time.Millisecond)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, cairn.ErrWriterLost) {
+			t.Fatalf("the writer in A lost its lease while the leader was cut off: %v", err)
+		}
+		if time.Since(start) > time.Minute {
+			t.Fatalf("no append from A succeeded within a minute of cutting off the leader in C: %v", err)
+		}
+	}
+	took := time.Since(start)
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("leader in C cut off: appends from A resumed after %v (%d tries), new leader %s; election timeout %v, target <= %v: %s",
+		took.Round(time.Millisecond), tries, leader.Name, el, 2*el, met(took <= 2*el))
 }

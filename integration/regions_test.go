@@ -35,6 +35,7 @@ func TestRegions(t *testing.T) {
 	t.Run("Jitter", func(t *testing.T) { regionJitter(t, c) })
 	t.Run("Conformance", func(t *testing.T) { regionConformance(t, c) })
 	t.Run("CutOff", func(t *testing.T) { regionCutOff(t, c) })
+	t.Run("LeaderCutOff", func(t *testing.T) { regionLeaderCutOff(t, c) })
 }
 
 func regionsTestBed(t *testing.T, c *harness.Cluster) {
