@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/cairnstore/cairn/etcdstore"
 	"github.com/cairnstore/cairn/integration/internal/harness"
 	"github.com/cairnstore/cairn/integration/internal/lincheck"
+	"github.com/cairnstore/cairn/internal/topology"
 )
 
 // overclaimStatus answers every member status request itself, without
@@ -495,4 +497,66 @@ func regionLeaderCutOff(t *testing.T, c *harness.Cluster) {
 	}
 	t.Logf("leader in C cut off: appends from A resumed after %v (%d tries), new leader %s; election timeout %v, target <= %v: %s",
 		took.Round(time.Millisecond), tries, leader.Name, el, 2*el, met(took <= 2*el))
+}
+
+// regionTopology reads the test bed as cairn doctor does
+// (topology.Inspect): three members, each in its region, one leader, and
+// the round trips etcd measured within the bounds TestBed checks.
+func regionTopology(t *testing.T, c *harness.Cluster) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	moveLeaderTo(t, ctx, c, c.RegionOf("C"))
+	cli, err := c.Client(c.RegionOf("A").RegionURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	// Region A writes most: 30 more writes than any other region.
+	for i := range 30 {
+		if _, err := cli.Put(ctx, "regions-topology", fmt.Sprint(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	regionOf := func(name string) string {
+		for _, m := range c.Members {
+			if m.Name == name {
+				return m.Region.Name
+			}
+		}
+		return ""
+	}
+	r, err := topology.Inspect(ctx, cli, c.HTTPClient(), regionOf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaders := 0
+	for _, m := range r.Members {
+		t.Logf("member %s region %s leader %v revision %d writes handled %.0f %s", m.Name, m.Region, m.Leader, m.Revision, m.Writes, m.Err)
+		if m.Leader {
+			leaders++
+			if m.Region != "C" {
+				t.Errorf("the leader is %s in region %s, want the member of C", m.Name, m.Region)
+			}
+		}
+	}
+	if len(r.Members) != 3 || leaders != 1 {
+		t.Fatalf("%d members, %d leaders; want 3 and 1", len(r.Members), leaders)
+	}
+	if len(r.RTTs) != 3 {
+		t.Fatalf("round trips %+v, want 3 pairs", r.RTTs)
+	}
+	for _, rtt := range r.RTTs {
+		want := harness.RTT(c.RegionOf(regionOf(rtt.A)).Region, c.RegionOf(regionOf(rtt.B)).Region)
+		ratio := float64(rtt.Mean) / float64(want)
+		t.Logf("round trip %s %v (configured %v, %.2fx, %d samples)", rtt.Pair, rtt.Mean.Round(100*time.Microsecond), want, ratio, rtt.Samples)
+		if ratio < 0.9 || ratio > 1.8 {
+			t.Errorf("round trip %s measured %v, configured %v", rtt.Pair, rtt.Mean, want)
+		}
+	}
+	for _, w := range r.Warnings {
+		t.Logf("warning: %s", w)
+	}
+	if len(r.Warnings) != 1 || !strings.Contains(r.Warnings[0], "region A handles the most writes") {
+		t.Errorf("warnings %q; want one, that region A writes most and the leader is in C", r.Warnings)
+	}
 }

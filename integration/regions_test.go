@@ -36,6 +36,7 @@ func TestRegions(t *testing.T) {
 	t.Run("Conformance", func(t *testing.T) { regionConformance(t, c) })
 	t.Run("CutOff", func(t *testing.T) { regionCutOff(t, c) })
 	t.Run("LeaderCutOff", func(t *testing.T) { regionLeaderCutOff(t, c) })
+	t.Run("Topology", func(t *testing.T) { regionTopology(t, c) })
 }
 
 func regionsTestBed(t *testing.T, c *harness.Cluster) {
