@@ -33,7 +33,6 @@ func TestRegions(t *testing.T) {
 	t.Run("Costs", func(t *testing.T) { regionCosts(t, c) })
 	t.Run("Campaign", func(t *testing.T) { regionCampaign(t, c) })
 	t.Run("Jitter", func(t *testing.T) { regionJitter(t, c) })
-	t.Run("Conformance", func(t *testing.T) { regionConformance(t, c) })
 	t.Run("CutOff", func(t *testing.T) { regionCutOff(t, c) })
 	t.Run("LeaderCutOff", func(t *testing.T) { regionLeaderCutOff(t, c) })
 	t.Run("Topology", func(t *testing.T) { regionTopology(t, c) })
