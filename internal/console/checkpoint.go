@@ -379,35 +379,46 @@ func splitLines(b []byte) []string {
 	return strings.Split(s, "\n")
 }
 
-// sideBySide pairs the lines of a and b: equal lines side by side, a run
-// of removed lines beside the run of added lines that replaced it.
+// sideBySide pairs the lines of a and b: equal lines side by side, and
+// in each run of changes between two equal lines the removed lines beside
+// the added lines that replaced them.
 func sideBySide(a, b []byte) []diffRow {
 	var rows []diffRow
 	on, nn := 1, 1
-	for _, ch := range diff.DiffChunks(splitLines(a), splitLines(b)) {
-		n := max(len(ch.Deleted), len(ch.Added))
-		for i := range n {
+	var dels, adds []string
+	flush := func() {
+		for i := range max(len(dels), len(adds)) {
 			row := diffRow{Kind: "changed"}
-			if i < len(ch.Deleted) {
-				row.Old, row.OldNo = ch.Deleted[i], on
+			if i < len(dels) {
+				row.Old, row.OldNo = dels[i], on
 				on++
 			} else {
 				row.Kind = "added"
 			}
-			if i < len(ch.Added) {
-				row.New, row.NewNo = ch.Added[i], nn
+			if i < len(adds) {
+				row.New, row.NewNo = adds[i], nn
 				nn++
 			} else {
 				row.Kind = "removed"
 			}
 			rows = append(rows, row)
 		}
+		dels, adds = dels[:0], adds[:0]
+	}
+	for _, ch := range diff.DiffChunks(splitLines(a), splitLines(b)) {
+		dels = append(dels, ch.Deleted...)
+		adds = append(adds, ch.Added...)
+		if len(ch.Equal) == 0 {
+			continue
+		}
+		flush()
 		for _, l := range ch.Equal {
 			rows = append(rows, diffRow{Kind: "same", Old: l, New: l, OldNo: on, NewNo: nn})
 			on++
 			nn++
 		}
 	}
+	flush()
 	return rows
 }
 

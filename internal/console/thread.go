@@ -56,6 +56,18 @@ type threadData struct {
 	Branches int
 	Forked   bool // the thread's first checkpoint is a fork root
 	Pruned   int  // nodes whose parent was pruned
+	// Links are the forks into and out of the thread, with their place in
+	// the graph; Scanned is how many other threads were read to find them,
+	// and Complete whether that was all of them.
+	Links    []placedLink
+	Scanned  int
+	Complete bool
+}
+
+// placedLink is a fork drawn as a square beside its local checkpoint.
+type placedLink struct {
+	link
+	X, Y, LX, LY int
 }
 
 // threadPage shows the thread's checkpoints as a timeline (oldest at the
@@ -81,6 +93,13 @@ func (c *Console) threadPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	data := layoutThread(id, head, list)
+	links, scanned, complete, err := c.forks(r.Context(), t, id, list)
+	if err != nil {
+		c.failErr(w, r, fmt.Sprintf("the forks of thread %q", id), err)
+		return
+	}
+	data.place(links)
+	data.Scanned, data.Complete = scanned, complete
 	c.render(w, r, http.StatusOK, "thread", t, "Thread "+id, data)
 }
 
@@ -163,6 +182,32 @@ func layoutThread(id, head string, list []cairn.Checkpoint) threadData {
 	d.Width = graphLeft*2 + max(lanes-1, 0)*graphLane
 	d.Height = graphTop*2 + max(len(list)-1, 0)*graphRow
 	return d
+}
+
+// place puts each fork on a lane right of the graph, on the row of its
+// local checkpoint, and widens the graph.
+func (d *threadData) place(links []link) {
+	row := map[string]node{}
+	for _, n := range d.Nodes {
+		row[n.ID] = n
+	}
+	right := d.Width - graphLeft
+	for i, l := range links {
+		n := row[l.Local]
+		x := right + graphLane*(i+1)
+		d.Links = append(d.Links, placedLink{link: l, X: x, Y: n.Y, LX: n.X, LY: n.Y})
+	}
+	if len(links) > 0 {
+		d.Width += graphLane * len(links)
+	}
+}
+
+// Describe says what the fork is, for the tooltip and screen readers.
+func (l placedLink) Describe() string {
+	if l.In {
+		return fmt.Sprintf("%s was forked from checkpoint %s of thread %s", l.Local, l.Other, l.Thread)
+	}
+	return fmt.Sprintf("%s was forked into thread %s as %s", l.Local, l.Thread, l.Other)
 }
 
 // Text of a node for screen readers and the tooltip.
