@@ -86,6 +86,8 @@ type Console struct {
 
 	mu       sync.Mutex
 	sessions map[string]session
+	// roots caches the fork scan's reads of first checkpoints.
+	roots rootCache
 }
 
 type session struct {

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"slices"
+	"sync"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -98,9 +99,9 @@ func (c *Console) forks(ctx context.Context, t int, thread string, list []cairn.
 	if len(list) > 0 && list[0].Reason == cairn.ReasonForkRoot {
 		root = &list[0]
 	}
-	var rootPrint [sha256.Size]byte
+	var rootFP [sha256.Size]byte
 	if root != nil {
-		rootPrint = fingerprint(root)
+		rootFP = fingerprint(root)
 	}
 	found := make([][]link, len(others))
 	layout := st.Layout()
@@ -113,7 +114,7 @@ func (c *Console) forks(ctx context.Context, t int, thread string, list []cairn.
 			}
 			var src *cairn.Checkpoint
 			for j := range all {
-				if all[j].CreatedAt <= root.CreatedAt && fingerprint(&all[j]) == rootPrint {
+				if all[j].CreatedAt <= root.CreatedAt && fingerprint(&all[j]) == rootFP {
 					src = &all[j]
 				}
 			}
@@ -132,16 +133,29 @@ func (c *Console) forks(ctx context.Context, t int, thread string, list []cairn.
 		if err != nil || len(resp.Kvs) == 0 {
 			return err
 		}
-		_, _, id, err := layout.DecodeCheckpoint(resp.Kvs[0].Key)
+		kv := resp.Kvs[0]
+		_, _, id, err := layout.DecodeCheckpoint(kv.Key)
 		if err != nil {
 			return err
 		}
-		first, err := st.Get(ctx, id)
-		if err != nil || first == nil || first.Reason != cairn.ReasonForkRoot {
-			return err
+		ck := rootKey{tenant: t, key: string(kv.Key), rev: kv.ModRevision}
+		fp, ok := c.roots.get(ck)
+		if !ok {
+			first, err := st.Get(ctx, id)
+			if err != nil || first == nil {
+				return err
+			}
+			fp = rootPrint{fork: first.Reason == cairn.ReasonForkRoot}
+			if fp.fork {
+				fp.print = fingerprint(first)
+			}
+			c.roots.put(ck, fp)
 		}
-		if lid, ok := local[fingerprint(first)]; ok {
-			found[i] = append(found[i], link{Thread: other, Other: first.ID, Local: lid})
+		if !fp.fork {
+			return nil
+		}
+		if lid, ok := local[fp.print]; ok {
+			found[i] = append(found[i], link{Thread: other, Other: id, Local: lid})
 		}
 		return nil
 	})
@@ -161,4 +175,45 @@ func (c *Console) forks(ctx context.Context, t int, thread string, list []cairn.
 		return 0
 	})
 	return links, len(others), complete, nil
+}
+
+// rootKey names a thread's first checkpoint record as it was written: its
+// etcd key and mod revision. A checkpoint never changes, and a record
+// written again (an id reused after a delete) has a new mod revision, so
+// what the cache keeps under a rootKey stays true.
+type rootKey struct {
+	tenant int
+	key    string
+	rev    int64
+}
+
+// rootPrint is what the fork scan needs of a first checkpoint.
+type rootPrint struct {
+	fork  bool
+	print [sha256.Size]byte
+}
+
+// maxRoots bounds the cache; it is emptied when full.
+const maxRoots = 100_000
+
+// rootCache remembers the first checkpoints the fork scan read.
+type rootCache struct {
+	mu sync.Mutex
+	m  map[rootKey]rootPrint
+}
+
+func (r *rootCache) get(k rootKey) (rootPrint, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, ok := r.m[k]
+	return p, ok
+}
+
+func (r *rootCache) put(k rootKey, p rootPrint) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil || len(r.m) >= maxRoots {
+		r.m = map[rootKey]rootPrint{}
+	}
+	r.m[k] = p
 }
