@@ -198,7 +198,8 @@ func (d *threadData) place(links []link) {
 		d.Links = append(d.Links, placedLink{link: l, X: x, Y: n.Y, LX: n.X, LY: n.Y})
 	}
 	if len(links) > 0 {
-		d.Width += graphLane * len(links)
+		// Room for the squares and the last one's label.
+		d.Width += graphLane*len(links) + 100
 	}
 }
 
