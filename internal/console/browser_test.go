@@ -121,6 +121,7 @@ func TestBrowser(t *testing.T) {
 		// what a person would look for.
 		check, what string
 	}{
+		{"login", "/console/login", "true", "the login form"},
 		{"threads", "/console/", `[...document.querySelectorAll("#threads th a")].map(a => a.textContent).join(",") === "pruned,fork-1,main"`,
 			"the threads, newest activity first"},
 		{"search", "/console/?q=fo", `document.querySelectorAll("#threads tbody tr").length === 1 && document.querySelector("#threads th a").textContent === "fork-1"`,
