@@ -5,21 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
-	"math"
 	"net/http"
 	"net/url"
-	"strconv"
-	"time"
 
 	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/internal/cli"
 )
 
 // pages are the templates that render a whole page, each with base.html.
 var pages = []string{"login", "threads", "thread", "checkpoint", "storage", "sweeper", "error"}
 
 var funcs = template.FuncMap{
-	"bytes":   formatBytes,
-	"time":    formatTime,
+	"bytes":   cli.FormatBytes,
+	"time":    cli.FormatTime,
 	"short":   shortID,
 	"pathq":   url.QueryEscape,
 	"pathseg": url.PathEscape,
@@ -105,29 +103,6 @@ type notFound string
 
 func (n notFound) Error() string        { return string(n) }
 func (n notFound) Is(target error) bool { return target == errNotFound }
-
-// formatBytes formats a size with a binary unit.
-func formatBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
-
-// formatTime formats milliseconds since the epoch in UTC; a time that is no
-// date prints as the number.
-func formatTime(ms float64) string {
-	if math.IsNaN(ms) || math.IsInf(ms, 0) || math.Abs(ms) > 8.64e15 {
-		return strconv.FormatFloat(ms, 'g', -1, 64)
-	}
-	return time.UnixMilli(int64(ms)).UTC().Format("2006-01-02 15:04:05Z")
-}
 
 // shortID shortens a long id for a graph label.
 func shortID(s string) string {

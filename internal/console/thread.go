@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/internal/cli"
 	"github.com/cairnstore/cairn/snapshot"
 )
 
@@ -218,7 +219,7 @@ func (n node) Describe() string {
 	if n.Label != "" {
 		fmt.Fprintf(&b, " %q", n.Label)
 	}
-	fmt.Fprintf(&b, ", %s", formatTime(n.CreatedAt))
+	fmt.Fprintf(&b, ", %s", cli.FormatTime(n.CreatedAt))
 	switch {
 	case n.Pruned:
 		b.WriteString(", parent pruned")
