@@ -6,10 +6,13 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
+	"fmt"
+	"html"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +20,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/bucket"
 )
 
@@ -374,5 +378,69 @@ func TestReadOnly(t *testing.T) {
 		if resp.StatusCode != http.StatusMethodNotAllowed {
 			t.Errorf("%s of a checkpoint: %d, want 405", m, resp.StatusCode)
 		}
+	}
+}
+
+// TestThreadsPaging walks the thread list page by page, in the activity
+// order and in a prefix search, and checks that every thread shows exactly
+// once, in order.
+func TestThreadsPaging(t *testing.T) {
+	f := newFixture(t)
+	const n = 120
+	for i := range n {
+		w := f.writer(t, 0, fmt.Sprintf("th-%03d", i))
+		w.add(fmt.Sprintf("cp-%03d", i), 1.7e12, cairn.ReasonAutomatic, "", nil, "")
+		w.lease.Release(context.Background())
+	}
+	// Touch a thread in the middle: it becomes the newest.
+	w := f.writer(t, 0, "th-050")
+	w.add("cp-050-b", 1.7e12+1, cairn.ReasonAutomatic, "", nil, "")
+	other := f.writer(t, 0, "other")
+	other.add("cp-other", 1.7e12, cairn.ReasonAutomatic, "", nil, "")
+
+	c := f.browser(t)
+	f.login(t, c, tokenA)
+	row := regexp.MustCompile(`<th scope="row"><a href="/console/threads/([^"]+)">`)
+	next := regexp.MustCompile(`<a rel="next" href="/console/\?([^"]+)">`)
+	walk := func(first string) []string {
+		var ids []string
+		path := first
+		for pages := 0; path != ""; pages++ {
+			if pages > n {
+				t.Fatalf("the pages do not end: %s, %v", path, ids[len(ids)-5:])
+			}
+			code, body, _ := f.get(t, c, path)
+			if code != 200 {
+				t.Fatalf("GET %s: %d", path, code)
+			}
+			for _, m := range row.FindAllStringSubmatch(body, -1) {
+				ids = append(ids, m[1])
+			}
+			path = ""
+			if m := next.FindStringSubmatch(body); m != nil {
+				path = "/console/?" + html.UnescapeString(m[1])
+			}
+		}
+		return ids
+	}
+	var want []string
+	want = append(want, "other", "th-050")
+	for i := n - 1; i >= 0; i-- {
+		if i != 50 {
+			want = append(want, fmt.Sprintf("th-%03d", i))
+		}
+	}
+	if got := walk("/console/"); !slices.Equal(got, want) {
+		t.Fatalf("activity order over the pages:\n got %v\nwant %v", got, want)
+	}
+	var search []string
+	for i := range n {
+		search = append(search, fmt.Sprintf("th-%03d", i))
+	}
+	if got := walk("/console/?q=th-"); !slices.Equal(got, search) {
+		t.Fatalf("search th- over the pages:\n got %v\nwant %v", got, search)
+	}
+	if got := walk("/console/?q=th-05"); !slices.Equal(got, search[50:60]) {
+		t.Fatalf("search th-05: got %v, want %v", got, search[50:60])
 	}
 }

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"html/template"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -31,8 +32,9 @@ type threadRow struct {
 type threadsData struct {
 	Query string
 	Rows  []threadRow
-	// Next is the query string of the next page, "" on the last.
-	Next string
+	// Next is the address of the next page, "" on the last. It is built
+	// from escaped parts only (url.QueryEscape, a number).
+	Next template.URL
 	// Order says how the rows are sorted.
 	Order string
 }
@@ -50,7 +52,9 @@ func (c *Console) threadsPage(w http.ResponseWriter, r *http.Request) {
 		c.failErr(w, r, "the thread list", err)
 		return
 	}
-	data.Next = next
+	if next != "" {
+		data.Next = template.URL("/console/?" + next)
+	}
 	data.Order = "newest activity first"
 	if data.Query != "" {
 		data.Order = "threads whose id starts with the search, by id"
