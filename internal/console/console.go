@@ -232,7 +232,6 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		t = server.Authenticate(c.cfg.Tenants, token)
 	}
 	if t < 0 {
-		w.Header().Set("Location", "/console/login?why=wrong")
 		c.render(w, r, http.StatusUnauthorized, "login", -1, "Log in", loginData{Message: "That token is not valid."})
 		return
 	}

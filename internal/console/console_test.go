@@ -234,6 +234,22 @@ func TestHostileContentInert(t *testing.T) {
 			}
 		})
 	}
+	// Ids with a slash, a question mark and markup round-trip through
+	// the links.
+	odd := f.writer(t, 0, `odd/thread?<i>x</i>`)
+	odd.add(`odd/cp#<i>1</i>`, 1.7e12, cairn.ReasonAutomatic, "", nil, "")
+	_, list, _ := f.get(t, c, "/console/?q=odd")
+	for _, want := range []string{`href="/console/threads/odd%2Fthread%3F%3Ci%3Ex%3C%2Fi%3E"`, `href="/console/checkpoints/odd%2Fcp%23%3Ci%3E1%3C%2Fi%3E"`} {
+		if !strings.Contains(list, want) {
+			t.Fatalf("the thread list does not link %s:\n%s", want, list)
+		}
+	}
+	for _, p := range []string{"/console/threads/odd%2Fthread%3F%3Ci%3Ex%3C%2Fi%3E", "/console/checkpoints/odd%2Fcp%23%3Ci%3E1%3C%2Fi%3E"} {
+		if code, body, _ := f.get(t, c, p); code != 200 || strings.Contains(body, "<i>x</i>") {
+			t.Fatalf("GET %s: %d (or markup unescaped)", p, code)
+		}
+	}
+
 	_, body, _ := f.get(t, c, "/console/checkpoints/m3")
 	for _, escaped := range []string{"&lt;script&gt;alert(&#34;file&#34;)&lt;/script&gt;.txt", "&lt;script&gt;alert(&#39;conv&#39;)&lt;/script&gt;", "v1 &lt;b&gt;bold&lt;/b&gt;"} {
 		if !strings.Contains(body, escaped) {
