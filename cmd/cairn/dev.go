@@ -142,6 +142,7 @@ func startConsole(ctx context.Context, c *call, stack *devstack.Stack, addr stri
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = hs.Shutdown(sctx)
+		con.Close()
 		_ = srv.Close(sctx)
 		blobs.Close()
 		client.Close()

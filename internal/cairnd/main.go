@@ -322,6 +322,7 @@ func run(cfg Config, log *slog.Logger, e Env) error {
 	if err != nil {
 		return err
 	}
+	defer con.Close()
 	return serve(cfg, log, e, srv, con)
 }
 

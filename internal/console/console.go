@@ -88,6 +88,14 @@ type Console struct {
 	sessions map[string]session
 	// roots caches the fork scan's reads of first checkpoints.
 	roots rootCache
+
+	// act is each tenant's activity index, built on first use and kept
+	// by a watch that runs on watchCtx until Close.
+	actMu       sync.Mutex
+	act         map[int]*activity
+	watchCtx    context.Context
+	watchCancel context.CancelFunc
+	watches     sync.WaitGroup
 }
 
 type session struct {
@@ -113,7 +121,8 @@ func New(cfg Config) (*Console, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	c := &Console{cfg: cfg, log: cfg.Logger, blobs: cfg.Blobs, sessions: map[string]session{}}
+	c := &Console{cfg: cfg, log: cfg.Logger, blobs: cfg.Blobs, sessions: map[string]session{}, act: map[int]*activity{}}
+	c.watchCtx, c.watchCancel = context.WithCancel(context.Background())
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
@@ -123,6 +132,13 @@ func New(cfg Config) (*Console, error) {
 	}
 	c.tmpl = t
 	return c, nil
+}
+
+// Close stops the watches of the thread lists and waits for them. Call it
+// after the HTTP server has stopped.
+func (c *Console) Close() {
+	c.watchCancel()
+	c.watches.Wait()
 }
 
 // Handler returns the console's handler; it expects paths under Prefix.

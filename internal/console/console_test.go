@@ -459,4 +459,21 @@ func TestThreadsPaging(t *testing.T) {
 	if got := walk("/console/?q=th-05"); !slices.Equal(got, search[50:60]) {
 		t.Fatalf("search th-05: got %v, want %v", got, search[50:60])
 	}
+
+	// A write after the list was built moves its thread to the top once
+	// the console's watch has seen it; the thread shows once.
+	w10 := f.writer(t, 0, "th-010")
+	w10.add("cp-010-b", 1.7e12+2, cairn.ReasonAutomatic, "", nil, "")
+	want = append([]string{"th-010"}, slices.DeleteFunc(want, func(s string) bool { return s == "th-010" })...)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got := walk("/console/")
+		if slices.Equal(got, want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a write, the activity order is\n got %v\nwant %v", got, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -89,6 +89,7 @@ func newFixture(t testing.TB) *fixture {
 	f.http = httptest.NewServer(cairnd.Handler(srv, f.con))
 	t.Cleanup(func() {
 		f.http.Close()
+		f.con.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := srv.Close(ctx); err != nil {

@@ -100,26 +100,24 @@ func (c *Console) threadPage1(ctx context.Context, t int, prefix, after string) 
 		return ids, next, nil
 	}
 	// Newest activity first: a thread record's mod revision is the
-	// revision of the thread's last append, delete, prune or fork. The
-	// cursor is the last shown mod revision; every write of etcdstore
-	// changes at most one thread record, so no two share one.
-	opts := []clientv3.OpOption{clientv3.WithRange(string(keys.PrefixEnd(threads))), clientv3.WithLimit(threadsPageSize + 1),
-		clientv3.WithKeysOnly(), clientv3.WithSort(clientv3.SortByModRevision, clientv3.SortDescend)}
-	if rev, err := strconv.ParseInt(after, 10, 64); err == nil && rev > 1 {
-		opts = append(opts, clientv3.WithMaxModRev(rev-1))
-	}
-	resp, err := c.cfg.Client.Get(ctx, string(threads), opts...)
+	// revision of the thread's last append, delete, prune or fork (each
+	// changes one thread record), and the cursor is the last shown one.
+	a, err := c.activityFor(ctx, t)
 	if err != nil {
 		return nil, "", err
 	}
-	kvs := resp.Kvs
+	before, _ := strconv.ParseInt(after, 10, 64)
+	page := a.page(max(before, 0), threadsPageSize+1)
 	next := ""
-	if len(kvs) > threadsPageSize {
-		kvs = kvs[:threadsPageSize]
-		next = "after=" + strconv.FormatInt(kvs[len(kvs)-1].ModRevision, 10)
+	if len(page) > threadsPageSize {
+		page = page[:threadsPageSize]
+		next = "after=" + strconv.FormatInt(page[len(page)-1].rev, 10)
 	}
-	ids, err := decodeThreads(layout, kvs)
-	return ids, next, err
+	ids := make([]string, len(page))
+	for i, e := range page {
+		ids[i] = e.thread
+	}
+	return ids, next, nil
 }
 
 func decodeThreads(layout keys.Layout, kvs []*mvccKV) ([]string, error) {
