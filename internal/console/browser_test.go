@@ -140,8 +140,8 @@ func TestBrowser(t *testing.T) {
 			"hostile names and messages shown as text"},
 		{"storage", "/console/storage", `document.querySelectorAll("#largest tbody tr").length === 3`,
 			"the largest threads"},
-		{"sweeper", "/console/sweeper", `document.querySelector("#plan-keys").textContent.includes(` + jsString(garbage) + `)`,
-			"the dry run's key"},
+		{"sweeper", "/console/sweeper", `document.querySelector("#plan-keys").textContent.includes(` + jsString(garbage) + `) && document.querySelector("#last-h + dl").textContent.includes("done: success")`,
+			"the last run and the dry run's key"},
 		{"not-found", "/console/checkpoints/no-such-checkpoint", `document.querySelector("h1").textContent.startsWith("404") && document.body.textContent.includes("There is no checkpoint")`,
 			"a clear 404 page"},
 	} {

@@ -286,7 +286,7 @@ func TestPages(t *testing.T) {
 		{"binary diff", "/console/checkpoints/m2?diff=b.bin", []string{"Binary file: compared by size and digest", "sha256"}},
 		{"directory", "/console/checkpoints/m2?dir=src", []string{"x.go", `aria-label="Directory"`}},
 		{"storage", "/console/storage", []string{"Largest threads", "etcd"}},
-		{"sweeper", "/console/sweeper", []string{"The next run (dry run)", "No sweeper has run"}},
+		{"sweeper", "/console/sweeper", []string{"The next run (dry run)", "Last run", "<dt>Phase</dt><dd>done: success</dd>", "<dt>Pruned</dt>"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, body, _ := f.get(t, c, tc.path)

@@ -23,7 +23,7 @@ import (
 	"github.com/cairnstore/cairn/internal/console"
 	"github.com/cairnstore/cairn/internal/embedetcd"
 	"github.com/cairnstore/cairn/internal/server"
-	"github.com/cairnstore/cairn/sweep"
+	"github.com/cairnstore/cairn/internal/sidecar"
 )
 
 // The tenants of the fixture.
@@ -211,11 +211,14 @@ func (f *fixture) seed(t testing.TB) {
 	bw := f.writer(t, 1, "secret-thread")
 	bw.add("secret-cp", 1.7e12, cairn.ReasonNamed, "bravo-only", []cairn.Entry{f.file(t, "secret.txt", "bravo's secret\n")}, "")
 
-	// Garbage: a blob no checkpoint references, marked by a sweep, so that
-	// the next run's plan deletes it.
+	// Garbage: a blob no checkpoint references, marked by a run of the
+	// sweeper (which leaves its status record), so that the next run's plan
+	// deletes it.
 	f.put(t, "unreferenced garbage\n")
-	if _, err := sweep.Sweep(ctx, f.stores[0], f.blobs, sweep.Options{OlderThan: time.Nanosecond,
-		Others: []sweep.Other{{Store: f.stores[1]}}}); err != nil {
+	sw := sidecar.NewSweeper(f.client, f.stores[0], f.blobs, sidecar.RunOptions{OlderThan: time.Nanosecond,
+		Others: []sidecar.OtherTarget{{Store: f.stores[1]}}}, nil, nil)
+	defer sw.Close()
+	if _, err := sw.Run(ctx, ctx, sidecar.LockMode{}); err != nil {
 		t.Fatal(err)
 	}
 }
