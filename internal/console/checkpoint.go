@@ -405,7 +405,15 @@ func sideBySide(a, b []byte) []diffRow {
 		}
 		dels, adds = dels[:0], adds[:0]
 	}
-	for _, ch := range diff.DiffChunks(splitLines(a), splitLines(b)) {
+	la, lb := splitLines(a), splitLines(b)
+	if slices.Equal(la, lb) {
+		// DiffChunks answers nothing for equal sides.
+		for i, l := range la {
+			rows = append(rows, diffRow{Kind: "same", Old: l, New: l, OldNo: i + 1, NewNo: i + 1})
+		}
+		return rows
+	}
+	for _, ch := range diff.DiffChunks(la, lb) {
 		dels = append(dels, ch.Deleted...)
 		adds = append(adds, ch.Added...)
 		if len(ch.Equal) == 0 {
