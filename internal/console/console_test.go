@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 
 	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/bucket"
+	"github.com/cairnstore/cairn/internal/console"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -475,5 +477,77 @@ func TestThreadsPaging(t *testing.T) {
 			t.Fatalf("after a write, the activity order is\n got %v\nwant %v", got, want)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// countingBucket counts the console's reads of objects.
+type countingBucket struct {
+	*bucket.Memory
+	mu   sync.Mutex
+	gets []string
+}
+
+func (c *countingBucket) Get(ctx context.Context, key string) ([]byte, error) {
+	c.mu.Lock()
+	c.gets = append(c.gets, key)
+	c.mu.Unlock()
+	return c.Memory.Get(ctx, key)
+}
+
+func (c *countingBucket) take() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	g := c.gets
+	c.gets = nil
+	return g
+}
+
+// TestReadsOnlyWhatItShows: the checkpoint page reads no file bytes from
+// the bucket, its diff the two versions of the one file, a download that
+// file, the tar every non-empty file once.
+func TestReadsOnlyWhatItShows(t *testing.T) {
+	f := newFixture(t)
+	f.seed(t)
+	blobs := &countingBucket{Memory: f.blobs}
+	con, err := console.New(console.Config{Client: f.client, Tenants: f.srv.Tenants(), Stores: f.stores, Blobs: blobs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(con.Close)
+	h := con.Handler()
+	req := httptest.NewRequest(http.MethodPost, "/console/login", strings.NewReader(url.Values{"token": {tokenA}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	cookie := rec.Result().Cookies()[0]
+	aOld, aNew := f.put(t, "hello\nworld\nline three\n"), f.put(t, "hello\nthere\nline three\n")
+	for _, tc := range []struct {
+		path string
+		want []string
+	}{
+		{"/console/checkpoints/m2", nil},
+		{"/console/checkpoints/m2?dir=src", nil},
+		{"/console/checkpoints/m2?diff=a.txt", []string{aOld, aNew}},
+		{"/console/checkpoints/m2/file?path=a.txt", []string{aNew}},
+		{"/console/checkpoints/m2/tar", []string{aNew, f.put(t, "new file\n"), f.put(t, "package x\n")}},
+		{"/console/threads/main", nil},
+		{"/console/", nil},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			req := httptest.NewRequest(http.MethodGet, tc.path, nil)
+			req.AddCookie(cookie)
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != 200 {
+				t.Fatalf("GET %s: %d", tc.path, rec.Code)
+			}
+			got := blobs.take()
+			slices.Sort(got)
+			want := slices.Clone(tc.want)
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Fatalf("GET %s read %v from the bucket, want %v", tc.path, got, want)
+			}
+		})
 	}
 }
