@@ -31,6 +31,10 @@ import (
 // Prefix is the path the console is served under.
 const Prefix = "/console/"
 
+// DefaultRequestTimeout bounds a page's reads when Config.RequestTimeout
+// is 0: the sweeper's dry run lists the whole bucket.
+const DefaultRequestTimeout = 2 * time.Minute
+
 // DefaultSessionTTL is how long a login lasts when Config.SessionTTL is 0.
 const DefaultSessionTTL = 8 * time.Hour
 
@@ -71,6 +75,9 @@ type Config struct {
 	SweepKeep int
 	// SessionTTL bounds a session's life; zero selects DefaultSessionTTL.
 	SessionTTL time.Duration
+	// RequestTimeout bounds each page's reads; zero selects
+	// DefaultRequestTimeout.
+	RequestTimeout time.Duration
 	// Now is the clock of the sessions; nil selects time.Now.
 	Now func() time.Time
 	// Logger receives the console's logs; nil discards them.
@@ -114,6 +121,9 @@ func New(cfg Config) (*Console, error) {
 	}
 	if cfg.SessionTTL <= 0 {
 		cfg.SessionTTL = DefaultSessionTTL
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
 	}
 	if cfg.SweepOlderThan <= 0 {
 		cfg.SweepOlderThan = 24 * time.Hour
@@ -196,7 +206,9 @@ func (c *Console) auth(next func(http.ResponseWriter, *http.Request)) http.Handl
 			http.Redirect(w, r, "/console/login?why="+why, http.StatusSeeOther)
 			return
 		}
-		next(w, r.WithContext(context.WithValue(r.Context(), tenantCtx{}, t)))
+		ctx, cancel := context.WithTimeout(context.WithValue(r.Context(), tenantCtx{}, t), c.cfg.RequestTimeout)
+		defer cancel()
+		next(w, r.WithContext(ctx))
 	})
 }
 
