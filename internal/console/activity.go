@@ -60,7 +60,7 @@ func (c *Console) activityFor(ctx context.Context, t int) (*activity, error) {
 	rev := map[string]int64{}
 	var entries []actEntry
 	var at int64
-	err := scanRev(ctx, c.cfg.Client, threads, keys.PrefixEnd(threads), &at, func(kv *mvccpb.KeyValue) error {
+	err := scanRev(ctx, c.cfg.Client, threads, keys.PrefixEnd(threads), true, &at, func(kv *mvccpb.KeyValue) error {
 		id, err := layout.DecodeThread(kv.Key)
 		if err != nil {
 			return err
@@ -149,12 +149,15 @@ func (a *activity) page(before int64, n int) []actEntry {
 	return out
 }
 
-// scanRev calls fn for every key in [start, end), keys only, in pages,
-// all at one revision, which it stores in *at.
-func scanRev(ctx context.Context, client *clientv3.Client, start, end []byte, at *int64, fn func(*mvccpb.KeyValue) error) error {
+// scanRev calls fn for every key in [start, end) (without its value when
+// keysOnly), in pages, all at one revision, which it stores in *at.
+func scanRev(ctx context.Context, client *clientv3.Client, start, end []byte, keysOnly bool, at *int64, fn func(*mvccpb.KeyValue) error) error {
 	from := string(start)
 	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(string(end)), clientv3.WithLimit(scanPage), clientv3.WithKeysOnly()}
+		opts := []clientv3.OpOption{clientv3.WithRange(string(end)), clientv3.WithLimit(scanPage)}
+		if keysOnly {
+			opts = append(opts, clientv3.WithKeysOnly())
+		}
 		if *at > 0 {
 			opts = append(opts, clientv3.WithRev(*at))
 		}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/cairnstore/cairn"
@@ -72,8 +73,10 @@ func (c *Console) storage(ctx context.Context, t int) (*storageData, error) {
 	// The tag of per-thread keys: the byte after the root in ThreadData.
 	threadTag := layout.ThreadData("")[len(root)]
 	per := map[string]int64{}
-	err := scan(ctx, c.cfg.Client, root, keys.PrefixEnd(root), false, func(k, v []byte) {
-		n := int64(len(k) + len(v))
+	var at int64
+	err := scanRev(ctx, c.cfg.Client, root, keys.PrefixEnd(root), false, &at, func(kv *mvccpb.KeyValue) error {
+		k := kv.Key
+		n := int64(len(k) + len(kv.Value))
 		d.EtcdBytes += n
 		d.EtcdKeys++
 		if len(k) > len(root) && k[len(root)] == threadTag {
@@ -82,6 +85,7 @@ func (c *Console) storage(ctx context.Context, t int) (*storageData, error) {
 				d.ThreadBytes += n
 			}
 		}
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -150,33 +154,6 @@ func (c *Console) storage(ctx context.Context, t int) (*storageData, error) {
 	}
 	d.Missing = len(refs)
 	return d, nil
-}
-
-// scan calls fn with every key and value in [start, end), in pages.
-func scan(ctx context.Context, client *clientv3.Client, start, end []byte, keysOnly bool, fn func(k, v []byte)) error {
-	from := string(start)
-	var rev int64
-	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(string(end)), clientv3.WithLimit(scanPage)}
-		if rev > 0 {
-			opts = append(opts, clientv3.WithRev(rev))
-		}
-		if keysOnly {
-			opts = append(opts, clientv3.WithKeysOnly())
-		}
-		resp, err := client.Get(ctx, from, opts...)
-		if err != nil {
-			return err
-		}
-		rev = resp.Header.Revision
-		for _, kv := range resp.Kvs {
-			fn(kv.Key, kv.Value)
-		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			return nil
-		}
-		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
-	}
 }
 
 func count(ctx context.Context, client *clientv3.Client, prefix []byte) (int64, error) {
