@@ -11,6 +11,8 @@ BUF_VERSION := v1.75.0
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_CONNECT_GO_VERSION := v1.21.1
 PROTO_TOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-connect-go
+# The accessibility checker the console's browser tests inject (npm axe-core).
+AXE_CORE_VERSION := 4.14.1
 # The linter make lint runs beside go vet.
 STATICCHECK_VERSION := v0.8.2
 
@@ -110,7 +112,13 @@ $(BIN)/protoc-gen-connect-go:
 
 ## tools: build the pinned tool binaries the tests start into ./bin, and
 ## install Debian's etcd 3.4 for the compatibility test.
-tools: $(BIN)/versitygw debian-etcd
+tools: $(BIN)/versitygw debian-etcd $(BIN)/axe.min.js
+
+# axe-core's browser build, which the console's browser tests inject into
+# each page (internal/console, TestBrowser).
+$(BIN)/axe.min.js:
+	@mkdir -p $(BIN)/axe-tmp && cd $(BIN)/axe-tmp && npm pack --silent axe-core@$(AXE_CORE_VERSION) >/dev/null && \
+	  tar -xzf axe-core-$(AXE_CORE_VERSION).tgz package/axe.min.js && mv package/axe.min.js $@ && cd .. && rm -rf axe-tmp
 
 # progress.sh says what a long go step fetches and builds, at least every
 # ten seconds (see the script).

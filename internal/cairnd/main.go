@@ -28,6 +28,7 @@ import (
 	"github.com/cairnstore/cairn/etcdstore"
 	"github.com/cairnstore/cairn/internal/buildinfo"
 	"github.com/cairnstore/cairn/internal/cli"
+	"github.com/cairnstore/cairn/internal/console"
 	"github.com/cairnstore/cairn/internal/devstack"
 	"github.com/cairnstore/cairn/internal/server"
 )
@@ -281,6 +282,7 @@ func run(cfg Config, log *slog.Logger, e Env) error {
 	}
 	defer client.Close()
 	opts := etcdstore.Options{Logger: log, LocalReads: cfg.LocalReads}
+	var consoleBlobs console.Bucket
 	if cfg.S3.Bucket != "" {
 		blobs, err := cli.OpenBucket(ctx, cfg.S3, cfg.ProbeTimeout)
 		if err != nil {
@@ -288,6 +290,7 @@ func run(cfg Config, log *slog.Logger, e Env) error {
 		}
 		defer blobs.Close()
 		opts.Objects = blobs
+		consoleBlobs = blobs
 		if err := bindTenants(ctx, client, tenants, blobs, cfg.ProbeTimeout, log); err != nil {
 			return err
 		}
@@ -315,7 +318,31 @@ func run(cfg Config, log *slog.Logger, e Env) error {
 			log.Warn("closing the stores", "error", err)
 		}
 	}()
-	return serve(cfg, log, e, srv)
+	con, err := newConsole(srv, consoleBlobs, log)
+	if err != nil {
+		return err
+	}
+	defer con.Close()
+	return serve(cfg, log, e, srv, con)
+}
+
+// newConsole returns the read-only web console over the server's tenants
+// and stores.
+func newConsole(srv *server.Server, blobs console.Bucket, log *slog.Logger) (*console.Console, error) {
+	stores := make([]*etcdstore.Store, len(srv.Tenants()))
+	for i := range stores {
+		stores[i] = srv.Store(i)
+	}
+	return console.New(console.Config{Client: srv.Client(), Tenants: srv.Tenants(), Stores: stores, Blobs: blobs, Logger: log})
+}
+
+// Handler returns the handler cairnd serves: the console under
+// console.Prefix, the server's API and probes everywhere else.
+func Handler(srv *server.Server, con *console.Console) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(console.Prefix, con.Handler())
+	mux.Handle("/", srv.Handler())
+	return mux
 }
 
 // devDir returns the data directory of --dev and what removes it at exit.
@@ -333,9 +360,9 @@ func devDir(dir string) (string, func(), error) {
 // serve listens and serves until the first signal, then drains: /readyz
 // fails, the listener closes, and the requests in flight finish within the
 // shutdown timeout (or until a second signal).
-func serve(cfg Config, log *slog.Logger, e Env, srv *server.Server) error {
+func serve(cfg Config, log *slog.Logger, e Env, srv *server.Server, con *console.Console) error {
 	hs := &http.Server{
-		Handler:           srv.Handler(),
+		Handler:           Handler(srv, con),
 		ReadHeaderTimeout: 10 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -364,7 +391,8 @@ func serve(cfg Config, log *slog.Logger, e Env, srv *server.Server) error {
 	}
 	done := make(chan error, 1)
 	go func() { done <- serveOn(l) }()
-	log.Info("serving the Connect API, /healthz, /readyz and /metrics", "address", scheme+"://"+l.Addr().String(),
+	log.Info("serving the Connect API, /healthz, /readyz, /metrics and the console", "address", scheme+"://"+l.Addr().String(),
+		"console", scheme+"://"+l.Addr().String()+console.Prefix,
 		"tenants", len(srv.Tenants()), "client_certificates", cfg.TLSClientCA != "")
 	if e.Listening != nil {
 		e.Listening(l.Addr().String())
