@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/cairnstore/cairn"
@@ -90,7 +91,25 @@ func (w *newCheckpoint) toObjects(memos *splitMemos) error {
 		w.objects = append(w.objects, r.object)
 	}
 	w.setRoot(root.digest)
+	if writePacked && writeRootVersion == objRootTree {
+		parts := slices.Clone(objs)
+		for _, r := range refs {
+			parts = append(parts, r.object)
+		}
+		if w.split, err = newPackSplit(root, parts); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// usePacked makes p the body of w: its objects are p's pack and root, and
+// the record names p's root. It reports whether the root names a pack of
+// the parent's.
+func (w *newCheckpoint) usePacked(p packed) bool {
+	w.objects, w.locs = p.objects(), p.locs
+	w.setRoot(p.root.digest)
+	return p.inherits
 }
 
 // setRoot makes w a version-2 checkpoint naming root.
@@ -249,12 +268,15 @@ func (s *Store) readBody(ctx context.Context, root keys.Digest) ([]cairn.Entry, 
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	ds := append(partDigests(r.leaves), partDigests(r.conv)...)
-	ds = append(ds, root)
-	got, err := s.fetchObjects(ctx, ds)
+	got, err := s.fetchParts(ctx, append(slices.Clone(r.leaves), r.conv...))
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	rb, err := s.object(ctx, root)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	got[objectKey(root)] = rb
 	files, conv, arts, err := assembleCheckpointBody(root, func(key string) ([]byte, error) {
 		if b, ok := got[key]; ok {
 			return b, nil
@@ -357,6 +379,21 @@ type headSet struct {
 	head string
 	rev  int64
 	set  map[keys.Digest]struct{}
+	// locs are where the parts of a packed head are.
+	locs map[keys.Digest]partLoc
+}
+
+// locs returns where the parts of the head of thread are and the revision
+// of the thread record they are inherited on, when head is the packed head
+// this store appended last there; nil otherwise.
+func (h *headObjects) locs(thread, head string) (map[keys.Digest]partLoc, int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	hs, ok := h.m[thread]
+	if !ok || head == "" || hs.head != head {
+		return nil, 0
+	}
+	return hs.locs, hs.rev
 }
 
 // split returns the objects of objs that the head of thread has not, when
@@ -381,7 +418,7 @@ func (h *headObjects) split(thread, head string, objs []object) (fresh, inherite
 
 // remember records the objects of head, appended with thread record
 // revision rev; a version-1 head (no objects) forgets the thread.
-func (h *headObjects) remember(thread, head string, rev int64, objs []object) {
+func (h *headObjects) remember(thread, head string, rev int64, objs []object, locs map[keys.Digest]partLoc) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if len(objs) == 0 {
@@ -395,5 +432,5 @@ func (h *headObjects) remember(thread, head string, rev int64, objs []object) {
 	for _, o := range objs {
 		set[o.digest] = struct{}{}
 	}
-	h.m[thread] = headSet{head: head, rev: rev, set: set}
+	h.m[thread] = headSet{head: head, rev: rev, set: set, locs: locs}
 }

@@ -223,6 +223,7 @@ func TestObjectsAppendLayout(t *testing.T) {
 // object is missing or altered fails naming the object, and that a store
 // without Objects refuses to guess.
 func TestObjectsReadErrors(t *testing.T) {
+	writeUnpacked(t)
 	e := newV2Env(t)
 	s := e.store(true, 0)
 	c := capacityTurn("a", 1, 1000, 4000)
@@ -293,6 +294,7 @@ func memKeysOf(t *testing.T, b bucket.Lister, prefix string) []string {
 // checkpoint of each layout, counts the references of both exactly, and a
 // sweep deletes exactly the garbage: every live blob and object stays.
 func TestObjectsCompatibility(t *testing.T) {
+	writeUnpacked(t)
 	e := newV2Env(t)
 	old := e.store(false, 0)
 	ol, err := old.AcquireWriter(e.ctx, "a")
@@ -511,6 +513,7 @@ func (c *countingObjects) take() map[string]int {
 // and that once the thread record changed (a prune) it claims and puts them
 // all again.
 func TestObjectsInheritedFromParent(t *testing.T) {
+	writeUnpacked(t)
 	e := newV2Env(t)
 	objs := &countingObjects{ObjectStore: e.mem, puts: map[string]int{}}
 	s, err := New(e.cli, e.prefix, Options{Objects: objs})
@@ -584,6 +587,7 @@ func TestObjectsInheritedFromParent(t *testing.T) {
 // (in leaf order) reads both, counts both exactly, verifies both, and its
 // sweep keeps exactly the objects and blobs of the live checkpoints of both.
 func TestObjectsRootVersions(t *testing.T) {
+	writeUnpacked(t)
 	e := newV2Env(t)
 	s := e.store(true, 0)
 	w := e.writer(s, "a")
@@ -691,6 +695,7 @@ func TestObjectsRootVersions(t *testing.T) {
 // append puts the other objects (their claims committed), waits until the
 // record settles, claims the key again, puts it, and appends.
 func TestObjectsPutWaitsForADeletingObject(t *testing.T) {
+	writeUnpacked(t)
 	e := newV2Env(t)
 	objs := &countingObjects{ObjectStore: e.mem, puts: map[string]int{}}
 	s, err := New(e.cli, e.prefix, Options{Objects: objs})
@@ -757,4 +762,12 @@ func TestObjectsPutWaitsForADeletingObject(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameCheckpoint(t, "after the wait", got, c)
+}
+
+// writeUnpacked makes the appends of the test write the capacity layout as
+// stores wrote it before packs (every leaf and chunk an object of its own).
+func writeUnpacked(t *testing.T) {
+	t.Helper()
+	writePacked = false
+	t.Cleanup(func() { writePacked = true })
 }

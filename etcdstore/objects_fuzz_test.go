@@ -145,9 +145,9 @@ func FuzzObjectAssemble(f *testing.F) {
 		b.put(lo, co)
 		r := objRoot{convPresent: present}
 		for range int(repeat) % 4 {
-			r.leaves = append(r.leaves, objPart{lo.digest, int(leafN)})
+			r.leaves = append(r.leaves, objPart{digest: lo.digest, n: int(leafN)})
 			if present {
-				r.conv = append(r.conv, objPart{co.digest, int(chunkN)})
+				r.conv = append(r.conv, objPart{digest: co.digest, n: int(chunkN)})
 			}
 		}
 		data := append(objEncodeRoot(&r), tail...)

@@ -154,7 +154,7 @@ func splitTree(c *cairn.Checkpoint, memo *splitMemo) (root object, objs []object
 			ks = slices.Compact(ks)
 			ml.chunk = &refChunk{objEncodeRefChunk(ks), len(ks)}
 		}
-		r.leaves = append(r.leaves, objPart{add(ml.leaf), ml.n})
+		r.leaves = append(r.leaves, objPart{digest: add(ml.leaf), n: ml.n})
 		if ml.chunk != nil {
 			refs = append(refs, *ml.chunk)
 		}
@@ -164,7 +164,7 @@ func splitTree(c *cairn.Checkpoint, memo *splitMemo) (root object, objs []object
 	}
 	if c.Conversation != nil {
 		r.convPresent = true
-		objConvChunks(c.Conversation, func(data []byte, n int) { r.conv = append(r.conv, objPart{add(objNewObject(data)), n}) })
+		objConvChunks(c.Conversation, func(data []byte, n int) { r.conv = append(r.conv, objPart{digest: add(objNewObject(data)), n: n}) })
 	}
 	ks = ks[:0]
 	for i := range c.Artifacts {
@@ -180,7 +180,7 @@ func splitTree(c *cairn.Checkpoint, memo *splitMemo) (root object, objs []object
 	slices.SortFunc(ks, objSortKey.compare)
 	refs = objCutRefChunks(refs, slices.Compact(ks))
 	for _, rc := range refs {
-		r.refs = append(r.refs, objPart{rc.digest, rc.n})
+		r.refs = append(r.refs, objPart{digest: rc.digest, n: rc.n})
 	}
 	r.artifacts = c.Artifacts
 	return objNewObject(objEncodeRoot(&r)), objs, refs, next, nil
