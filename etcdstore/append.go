@@ -59,7 +59,7 @@ func (s *Store) Append(ctx context.Context, in cairn.AppendInput) (_ cairn.Appen
 	op := &appendOp{s: s, in: in, w: w, nonce: newNonce()}
 	objects := s.useObjects(len(w.body))
 	if objects {
-		if err := w.toObjects(&s.heads.memos); err != nil {
+		if err := w.toObjects(&s.heads.memos, s.packs); err != nil {
 			return cairn.AppendResult{}, cairn.NewError(cairn.CodeInvalidEntry, "checkpoint %q: %v", in.Checkpoint.ID, err)
 		}
 	}

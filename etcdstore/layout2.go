@@ -68,15 +68,20 @@ var writeRootVersion byte = objRootTree
 // toObjects makes w the version-2 form of its checkpoint: its record keeps
 // only the header fields, its one reference record names the root. The
 // split starts from the memo of the thread's last split in memos, and
-// leaves its own there.
-func (w *newCheckpoint) toObjects(memos *splitMemos) error {
+// leaves its own there. With packs, w also keeps the split for the packed
+// form (w.split), which the append packs once it knows the parent's packs.
+func (w *newCheckpoint) toObjects(memos *splitMemos, packs bool) error {
 	var root object
 	var objs []object
 	var refs []refChunk
 	var err error
 	if writeRootVersion == objRootTree {
 		var memo *splitMemo
-		root, objs, refs, memo, err = splitTree(w.c, memos.get(w.c.ThreadID))
+		cut := objLeafCut
+		if packs && writePacked {
+			cut = objPackLeafCut
+		}
+		root, objs, refs, memo, err = splitTreeCut(w.c, memos.get(w.c.ThreadID), cut)
 		if err == nil {
 			memos.put(w.c.ThreadID, memo)
 		}
@@ -91,7 +96,7 @@ func (w *newCheckpoint) toObjects(memos *splitMemos) error {
 		w.objects = append(w.objects, r.object)
 	}
 	w.setRoot(root.digest)
-	if writePacked && writeRootVersion == objRootTree {
+	if packs && writePacked && writeRootVersion == objRootTree {
 		parts := slices.Clone(objs)
 		for _, r := range refs {
 			parts = append(parts, r.object)

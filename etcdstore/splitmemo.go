@@ -85,6 +85,12 @@ func (s *splitMemos) put(thread string, m *splitMemo) {
 // split of an earlier checkpoint, it reuses what it can of it. It returns
 // the memo of this split.
 func splitTree(c *cairn.Checkpoint, memo *splitMemo) (root object, objs []object, refs []refChunk, next *splitMemo, err error) {
+	return splitTreeCut(c, memo, objLeafCut)
+}
+
+// splitTreeCut is splitTree with leaves cut after an entry whose path cut
+// says (objLeafCut for root versions 1 and 2, objPackLeafCut for packs).
+func splitTreeCut(c *cairn.Checkpoint, memo *splitMemo, cut func(path string) bool) (root object, objs []object, refs []refChunk, next *splitMemo, err error) {
 	next = &splitMemo{byFirst: make(map[string]int), files: len(c.Files)}
 	r := objRoot{version: objRootTree}
 	seen := make(map[keys.Digest]bool)
@@ -117,7 +123,7 @@ func splitTree(c *cairn.Checkpoint, memo *splitMemo) (root object, objs []object
 		} else {
 			i := s
 			for {
-				ml.atCut = objLeafCut(c.Files[i].Path)
+				ml.atCut = cut(c.Files[i].Path)
 				if ml.atCut || i == len(c.Files)-1 || i+1-s == objLeafMax {
 					break
 				}

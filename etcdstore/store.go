@@ -78,6 +78,13 @@ type Options struct {
 	// InlineLimit is the largest encoded body, in bytes, that stays inline in
 	// version 1 when Objects is set. Zero selects 64 KiB.
 	InlineLimit int
+	// Unpacked makes appends write the capacity layout as stores before
+	// packs did (root version 2: every leaf, conversation chunk and reference
+	// chunk an object of its own) instead of the packed form (root version
+	// 3: one pack and a root a checkpoint). Readers of every version read
+	// both; set it while stores that cannot read version 3 still read the
+	// bucket (a rolling upgrade), or to compare the two.
+	Unpacked bool
 }
 
 // Store is a cairn.Store on etcd. It is safe for concurrent use. Create it
@@ -106,8 +113,10 @@ type Store struct {
 	// objects is Options.Objects; inlineLimit is Options.InlineLimit.
 	objects     ObjectStore
 	inlineLimit int
-	objCache    *objCache
-	heads       *headObjects
+	// packs is !Options.Unpacked.
+	packs    bool
+	objCache *objCache
+	heads    *headObjects
 }
 
 // threadCache holds the last known thread records, by thread, so that the
@@ -171,6 +180,7 @@ func New(client *clientv3.Client, prefix string, opts Options) (*Store, error) {
 		claims:      newClaimSet(),
 		objects:     opts.Objects,
 		inlineLimit: inline,
+		packs:       !opts.Unpacked,
 		objCache:    newObjCache(objectCacheBytes),
 		heads:       &headObjects{m: map[string]headSet{}},
 	}, nil
