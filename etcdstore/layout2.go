@@ -294,18 +294,6 @@ func (s *Store) readBody(ctx context.Context, root keys.Digest) ([]cairn.Entry, 
 	return files, conv, arts, nil
 }
 
-func partDigests(ps []objPart) []keys.Digest {
-	out := make([]keys.Digest, 0, len(ps))
-	seen := make(map[keys.Digest]bool, len(ps))
-	for _, p := range ps {
-		if !seen[p.digest] {
-			seen[p.digest] = true
-			out = append(out, p.digest)
-		}
-	}
-	return out
-}
-
 // parseRoot decodes the root digest of a version-2 checkpoint record.
 func parseRoot(s string) (keys.Digest, error) {
 	var d keys.Digest

@@ -41,6 +41,19 @@ func FuzzObjectRootDecode(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(root.data)
+	_, objs, refs, err := splitCheckpointBody(&c)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, r := range refs {
+		objs = append(objs, r.object)
+	}
+	ps, err := newPackSplit(root, objs)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(ps.pack(nil).root.data) // a packed root (version 3)
+	f.Add(objEncodeRoot(&objRoot{version: objRootPacked, packs: []keys.Digest{{1}, {2}}}))
 	f.Add(objEncodeRoot(&objRoot{}))
 	f.Add(objEncodeRoot(&objRoot{convPresent: true}))
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -3,17 +3,14 @@ package etcdstore
 import (
 	"bytes"
 	"context"
-	"maps"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/bucket"
 	"github.com/cairnstore/cairn/keys"
-	"github.com/cairnstore/cairn/sweep"
 )
 
 // readCounter counts the reads a store sends its object bucket: whole
@@ -164,32 +161,10 @@ func TestPackedCompatibility(t *testing.T) {
 	}
 
 	// The bucket holds every blob ever used and one never used.
-	wantLive := map[string]bool{}
-	for _, c := range all {
-		for _, k := range c.BlobKeys() {
-			e.mem.Put(e.ctx, k, []byte(k))
-		}
-	}
-	e.mem.Put(e.ctx, objTestFileKey("garbage"), []byte("g"))
-	for _, c := range liveCps {
-		for _, k := range c.BlobKeys() {
-			wantLive[k] = true
-		}
-	}
+	wantLive := e.putBlobs(all, liveCps)
 	// a-4 (by the fork f1) names its objects of its own; the packed live
 	// checkpoints their roots and the packs those name.
-	c4 := byID["a-4"]
-	root, objs, rcs, err := splitCheckpointBody(&c4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantLive[root.key] = true
-	for _, o := range objs {
-		wantLive[o.key] = true
-	}
-	for _, rc := range rcs {
-		wantLive[rc.key] = true
-	}
+	addUnpackedObjects(t, wantLive, byID["a-4"])
 	for _, id := range []string{"a-6", "a-8", "a-9", "a-10", "a-11"} {
 		b, err := e.mem.Get(e.ctx, objectKey(roots[id]))
 		if err != nil {
@@ -210,32 +185,7 @@ func TestPackedCompatibility(t *testing.T) {
 	if wantLive[packOf["a-7"]] {
 		t.Log("the pack of a-7 is still named")
 	}
-	time.Sleep(2 * time.Millisecond) // every upload strictly older than the sweep's now
-	if _, err := sweep.Sweep(e.ctx, s, e.mem, sweep.Options{OlderThan: 0}); err != nil {
-		t.Fatal(err)
-	}
-	got := memKeysOf(t, e.mem, "")
-	if want := slices.Sorted(maps.Keys(wantLive)); !slices.Equal(got, want) {
-		var missing, extra []string
-		for _, k := range want {
-			if !slices.Contains(got, k) {
-				missing = append(missing, k)
-			}
-		}
-		for _, k := range got {
-			if !wantLive[k] {
-				extra = append(extra, k)
-			}
-		}
-		t.Fatalf("after the sweep the bucket holds %d keys, want %d: missing %q, extra %q", len(got), len(want), missing, extra)
-	}
-	for _, id := range live {
-		got, err := e.store(true, 0).Get(e.ctx, id) // a fresh cache
-		if err != nil {
-			t.Fatal(err)
-		}
-		sameCheckpoint(t, "after the sweep", got, byID[id])
-	}
+	e.sweepKeeps(s, wantLive, live, byID)
 }
 
 // TestPackedRepackOnAnotherState checks that an append whose thread record
