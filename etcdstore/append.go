@@ -116,6 +116,8 @@ type newCheckpoint struct {
 	// (nil otherwise), and locs where the parts of its packed root are.
 	split *packSplit
 	locs  map[keys.Digest]partLoc
+	// packs are the packs the packed root names, for the record's hint.
+	packs []keys.Digest
 }
 
 // metaRoom is the room before a body for the checkpoint record's header:
@@ -251,6 +253,9 @@ func (s *Store) records(w *newCheckpoint, st threadState, seq uint64, n keys.Non
 	}
 	if w.root != nil {
 		meta.Layout, meta.Root = layoutObjects, hex.EncodeToString(w.root[:])
+		for _, d := range w.packs {
+			meta.Packs += hex.EncodeToString(d[:])
+		}
 	}
 	if c.ParentCheckpointID != "" {
 		meta.ParentID, meta.ParentSeq, meta.ParentCreatedAt = c.ParentCheckpointID, st.rec.HeadSeq, st.rec.HeadCreatedAt

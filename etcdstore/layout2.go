@@ -112,8 +112,8 @@ func (w *newCheckpoint) toObjects(memos *splitMemos, packs bool) error {
 // the record names p's root. It reports whether the root names a pack of
 // the parent's.
 func (w *newCheckpoint) usePacked(p packed) bool {
-	w.objects, w.locs = p.objects(), p.locs
 	w.setRoot(p.root.digest)
+	w.objects, w.locs, w.packs = p.objects(), p.locs, p.packs
 	return p.inherits
 }
 
@@ -125,6 +125,7 @@ func (w *newCheckpoint) setRoot(root keys.Digest) {
 	w.refs = [keys.NumShards][][]byte{}
 	w.mask = 1 << keys.RootShard
 	w.root = &root
+	w.packs = nil
 }
 
 // HasObjects reports whether the store has a bucket for body objects
@@ -269,11 +270,39 @@ func (s *Store) fetchObjects(ctx context.Context, ds []keys.Digest) (map[string]
 // root is root: the root, then its leaves and conversation chunks in
 // parallel, each verified against its digest.
 func (s *Store) readBody(ctx context.Context, root keys.Digest) ([]cairn.Entry, json.RawMessage, []cairn.Artifact, error) {
-	r, err := s.root(ctx, root)
+	return s.readBodyHint(ctx, root, nil)
+}
+
+// readBodyHint is readBody for a record that names the packs of its root
+// (hint): when the root is not in the cache, those packs are read whole in
+// parallel with the root, so a cold read takes one round of requests
+// instead of two. A pack that fails to come is read by range afterwards,
+// as without the hint.
+func (s *Store) readBodyHint(ctx context.Context, root keys.Digest, hint []keys.Digest) ([]cairn.Entry, json.RawMessage, []cairn.Artifact, error) {
+	var whole map[keys.Digest][]byte
+	var r objRoot
+	var err error
+	if _, cached := s.objCache.get(root); cached || len(hint) == 0 || s.objects == nil {
+		r, err = s.root(ctx, root)
+	} else {
+		got := make([][]byte, len(hint))
+		var wg sync.WaitGroup
+		for i, d := range hint {
+			wg.Go(func() { got[i], _ = s.objects.Get(ctx, objectKey(d)) })
+		}
+		r, err = s.root(ctx, root)
+		wg.Wait()
+		whole = make(map[keys.Digest][]byte, len(hint))
+		for i, d := range hint {
+			if got[i] != nil {
+				whole[d] = got[i]
+			}
+		}
+	}
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	got, err := s.fetchParts(ctx, append(slices.Clone(r.leaves), r.conv...))
+	got, err := s.fetchPartsFrom(ctx, append(slices.Clone(r.leaves), r.conv...), whole)
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -309,6 +309,10 @@ type ckptMeta struct {
 	// are the objects of Root (hex SHA-256); absent for version 1.
 	Layout int    `json:"layout,omitempty"`
 	Root   string `json:"root,omitempty"`
+	// Packs, for a packed root, are the hex digests of the packs the root
+	// names, concatenated: a cold read fetches them whole in parallel with
+	// the root. A hint only: every member is verified against the root.
+	Packs string `json:"packs,omitempty"`
 
 	Body []byte `json:"-"`
 }

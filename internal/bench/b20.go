@@ -71,7 +71,7 @@ func (r *runner) b20(ctx context.Context) ([]Row, error) {
 		Target:   fmt.Sprintf("≤ %d objects and ≤ %.0f× the turn's new metadata (%s) a checkpoint; cold get ≤ %d reads", b20MaxObjects, b20MaxBytesX, fmtBytes(int64(nm)), b20MaxColdReads),
 		Result:   verdict(objOK && bytesOK && readsOK),
 		Notes: []string{
-			fmt.Sprintf("B20: objects met %v (%.2f), bytes met %v (%s a checkpoint, %.1f× the %s of new metadata a turn: the changed entries and the conversation's growth), cold get reads met %v (%d: the root, then one range read per pack it names). The ratio is of the bytes stored. Packed: %s objects, %s for %d checkpoints; unpacked: %s objects, %s.",
+			fmt.Sprintf("B20: objects met %v (%.2f), bytes met %v (%s a checkpoint, %.1f× the %s of new metadata a turn: the changed entries and the conversation's growth), cold get reads met %v (%d: the root and, in parallel, each pack it names). The ratio is of the bytes stored. Packed: %s objects, %s for %d checkpoints; unpacked: %s objects, %s.",
 				objOK, po, bytesOK, fmtBytes(int64(pb)), pb/nm, fmtBytes(int64(nm)), readsOK, packed.coldReads,
 				fmtInt(packed.objects), fmtBytes(packed.bytes), packed.kept, fmtInt(unpacked.objects), fmtBytes(unpacked.bytes)),
 			fmt.Sprintf("Cold get of the last head (2,000 entries, a fresh store, in-process bucket): packed %s in %d reads, unpacked %s in %d reads. The sweep's walk (ReadBlobGC, fresh store): packed %s reads (%s) for %d kept checkpoints, unpacked %s reads (%s).",
