@@ -268,3 +268,27 @@ func TestPackedReadVerifiesMembers(t *testing.T) {
 		t.Fatalf("Verify of an altered pack: %v, %v", rep.Problems, err)
 	}
 }
+
+func TestParsePacks(t *testing.T) {
+	d := strings.Repeat("ab", keys.DigestLen)
+	for _, tc := range []struct {
+		name string
+		in   string
+		n    int
+		ok   bool
+	}{
+		{"Empty", "", 0, true},
+		{"One", d, 1, true},
+		{"Three", d + d + d, 3, true},
+		{"Four", d + d + d + d, 0, false},
+		{"Short", d[1:], 0, false},
+		{"NotHex", strings.Repeat("zz", keys.DigestLen), 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parsePacks(tc.in)
+			if (err == nil) != tc.ok || len(got) != tc.n {
+				t.Fatalf("parsePacks: %d digests, %v; want %d, ok %v", len(got), err, tc.n, tc.ok)
+			}
+		})
+	}
+}
