@@ -345,7 +345,7 @@ func (s *Store) fetchPartsFrom(ctx context.Context, parts []objPart, whole map[k
 		}
 		m := make(map[string][]byte, len(ps))
 		for _, p := range ps {
-			mb := b[p.at.off-from : p.at.off-from+p.at.size : p.at.off-from+p.at.size]
+			mb := bytes.Clone(b[p.at.off-from : p.at.off-from+p.at.size]) // the cache keeps the member, not the pack
 			if sha256.Sum256(mb) != p.digest {
 				return fmt.Errorf("etcdstore: pack %s: %w", objectKey(packs[i]), objError(p.digest, errObjDigest))
 			}
