@@ -59,7 +59,7 @@ func (s *Store) Append(ctx context.Context, in cairn.AppendInput) (_ cairn.Appen
 	op := &appendOp{s: s, in: in, w: w, nonce: newNonce()}
 	objects := s.useObjects(len(w.body))
 	if objects {
-		if err := w.toObjects(&s.heads.memos); err != nil {
+		if err := w.toObjects(&s.heads.memos, s.packs); err != nil {
 			return cairn.AppendResult{}, cairn.NewError(cairn.CodeInvalidEntry, "checkpoint %q: %v", in.Checkpoint.ID, err)
 		}
 	}
@@ -75,6 +75,15 @@ func (s *Store) Append(ctx context.Context, in cairn.AppendInput) (_ cairn.Appen
 		// changed since, are inherited: the append compares the thread
 		// record, so they are referenced without a gap (see inherited).
 		var fresh []object
+		if w.split != nil {
+			// The packed form: the parts the parent has stay in its
+			// packs, which the parent references until this append
+			// commits on the same thread record (packRev).
+			locs, rev := s.heads.locs(in.Checkpoint.ThreadID, in.ExpectedHeadID)
+			if w.usePacked(w.split.pack(locs)) {
+				op.packRev = rev
+			}
+		}
 		fresh, op.inherited, op.inheritedRev = s.heads.split(in.Checkpoint.ThreadID, in.ExpectedHeadID, w.objects)
 		if err := s.putObjects(ctx, in.Writer, fresh); err != nil {
 			return cairn.AppendResult{}, err
@@ -103,6 +112,12 @@ type newCheckpoint struct {
 	// (none for a fork, which names its source's root).
 	root    *keys.Digest
 	objects []object
+	// split is the version-2 split an append of the packed form packs
+	// (nil otherwise), and locs where the parts of its packed root are.
+	split *packSplit
+	locs  map[keys.Digest]partLoc
+	// packs are the packs the packed root names, for the record's hint.
+	packs []keys.Digest
 }
 
 // metaRoom is the room before a body for the checkpoint record's header:
@@ -239,6 +254,9 @@ func (s *Store) records(w *newCheckpoint, st threadState, seq uint64, n keys.Non
 	}
 	if w.root != nil {
 		meta.Layout, meta.Root = layoutObjects, hex.EncodeToString(w.root[:])
+		for _, d := range w.packs {
+			meta.Packs += hex.EncodeToString(d[:])
+		}
 	}
 	if c.ParentCheckpointID != "" {
 		meta.ParentID, meta.ParentSeq, meta.ParentCreatedAt = c.ParentCheckpointID, st.rec.HeadSeq, st.rec.HeadCreatedAt
@@ -312,6 +330,10 @@ type appendOp struct {
 	// them first.
 	inherited    []object
 	inheritedRev int64
+	// packRev, when not 0, is the thread record revision on which the
+	// packed root of w names packs of the parent's: a transaction on any
+	// other state packs every part anew, and claims and puts that first.
+	packRev int64
 
 	// claims are the claim keys of the writer lease when the append began;
 	// a successful append ends them. claimsInTxn says the transaction that
@@ -399,7 +421,7 @@ func (op *appendOp) run(ctx context.Context, pending error, pendingRev int64) (e
 	defer func() { op.endClaims(ctx, err) }()
 	a := &attempts{s: s, op: "append", nonce: op.nonce, thread: c.ThreadID, pending: pending, pendingRev: pendingRev,
 		retry: func(ctx context.Context, pending error, rev int64) error {
-			again := &appendOp{s: op.s, in: op.in, w: op.w, nonce: op.nonce, inherited: op.inherited, inheritedRev: op.inheritedRev}
+			again := &appendOp{s: op.s, in: op.in, w: op.w, nonce: op.nonce, inherited: op.inherited, inheritedRev: op.inheritedRev, packRev: op.packRev}
 			return again.run(ctx, pending, rev)
 		}}
 	defer func() {
@@ -456,6 +478,15 @@ func (op *appendOp) run(ctx context.Context, pending error, pendingRev int64) (e
 			}
 			st = fresh // the same comparison as the lost attempt: at most one applies
 		}
+		if op.packRev != 0 && st.rev != op.packRev {
+			// Not on the state whose packs the root names.
+			op.w.usePacked(op.w.split.pack(nil))
+			if err := s.putObjects(ctx, in.Writer, op.w.objects); err != nil {
+				return a.fail(err)
+			}
+			op.packRev, op.inherited = 0, nil
+			op.claims = s.claims.of(in.Writer)
+		}
 		seq := st.rec.LastSeq + 1
 		vals := s.blobs(op.w, c.ThreadID, seq, op.nonce)
 		var writes []*etcdserverpb.RequestOp
@@ -497,7 +528,7 @@ func (op *appendOp) run(ctx context.Context, pending error, pendingRev int64) (e
 		}
 		if resp.Succeeded {
 			s.remember(c.ThreadID, threadState{rec: st.nextRecord(op.w, seq, op.nonce, s.localReads), rev: resp.Header.Revision})
-			s.heads.remember(c.ThreadID, c.ID, resp.Header.Revision, op.w.objects)
+			s.heads.remember(c.ThreadID, c.ID, resp.Header.Revision, op.w.objects, op.w.locs)
 			op.staging.close()
 			op.staging = nil
 			op.claimsInTxn = inTxn

@@ -349,7 +349,7 @@ func (s *Store) rootConversation(ctx context.Context, kv *mvccpb.KeyValue) (json
 	if !r.convPresent {
 		return json.RawMessage("[]"), nil
 	}
-	got, err := s.fetchObjects(ctx, partDigests(r.conv))
+	got, err := s.fetchParts(ctx, r.conv)
 	if err != nil {
 		return nil, fmt.Errorf("transcript: %w", err)
 	}

@@ -169,7 +169,11 @@ func (s *Store) assemble(ctx context.Context, key []byte, m ckptMeta, chunkKVs [
 	if err != nil {
 		return c, corrupt("checkpoint record", key, err)
 	}
-	if c.Files, c.Conversation, c.Artifacts, err = s.readBody(ctx, root); err != nil {
+	hint, err := parsePacks(m.Packs)
+	if err != nil {
+		return c, corrupt("checkpoint record", key, err)
+	}
+	if c.Files, c.Conversation, c.Artifacts, err = s.readBodyHint(ctx, root, hint); err != nil {
 		return cairn.Checkpoint{}, fmt.Errorf("checkpoint %q: %w", c.ID, err)
 	}
 	return c, nil

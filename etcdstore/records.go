@@ -76,6 +76,9 @@ func (m *ckptMeta) appendJSON(b []byte) []byte {
 	if m.Root != "" {
 		b = appendJSONString(append(b, `,"root":`...), m.Root)
 	}
+	if m.Packs != "" {
+		b = appendJSONString(append(b, `,"packs":`...), m.Packs)
+	}
 	return append(b, '}')
 }
 

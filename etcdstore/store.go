@@ -89,6 +89,13 @@ type Options struct {
 	// a member is unreachable (docs/design.md, "Local reads of what never
 	// changes"). Heads, lists and writes are unchanged.
 	LocalReads bool
+	// Unpacked makes appends write the capacity layout as stores before
+	// packs did (root version 2: every leaf, conversation chunk and reference
+	// chunk an object of its own) instead of the packed form (root version
+	// 3: one pack and a root a checkpoint). Readers of every version read
+	// both; set it while stores that cannot read version 3 still read the
+	// bucket (a rolling upgrade), or to compare the two.
+	Unpacked bool
 }
 
 // Store is a cairn.Store on etcd. It is safe for concurrent use. Create it
@@ -117,8 +124,10 @@ type Store struct {
 	// objects is Options.Objects; inlineLimit is Options.InlineLimit.
 	objects     ObjectStore
 	inlineLimit int
-	objCache    *objCache
-	heads       *headObjects
+	// packs is !Options.Unpacked.
+	packs    bool
+	objCache *objCache
+	heads    *headObjects
 
 	// localReads is Options.LocalReads; reads counts how Gets were served.
 	localReads bool
@@ -186,6 +195,7 @@ func New(client *clientv3.Client, prefix string, opts Options) (*Store, error) {
 		claims:      newClaimSet(),
 		objects:     opts.Objects,
 		inlineLimit: inline,
+		packs:       !opts.Unpacked,
 		objCache:    newObjCache(objectCacheBytes),
 		heads:       &headObjects{m: map[string]headSet{}},
 		localReads:  opts.LocalReads,
@@ -323,6 +333,10 @@ type ckptMeta struct {
 	// are the objects of Root (hex SHA-256); absent for version 1.
 	Layout int    `json:"layout,omitempty"`
 	Root   string `json:"root,omitempty"`
+	// Packs, for a packed root, are the hex digests of the packs the root
+	// names, concatenated: a cold read fetches them whole in parallel with
+	// the root. A hint only: every member is verified against the root.
+	Packs string `json:"packs,omitempty"`
 
 	Body []byte `json:"-"`
 }
