@@ -79,32 +79,8 @@ func (s *Store) getLocal(ctx context.Context, id string) (c cairn.Checkpoint, ok
 	if err != nil {
 		return c, false
 	}
-	nonce, err := parseNonce(idx.Nonce)
-	if err != nil {
-		return c, false
-	}
-	rev := resp.Header.Revision
-	at := []clientv3.OpOption{clientv3.WithRev(rev), clientv3.WithSerializable()}
-	rs, _, err := s.readOnly(ctx,
-		clientv3.OpGet(string(s.layout.ReadPermit(idx.Thread)), at...),
-		clientv3.OpGet(string(s.layout.Checkpoint(idx.Thread, idx.CreatedAt, id)), at...),
-		clientv3.OpGet(string(s.layout.Thread(idx.Thread)), at...),
-		clientv3.OpGet(string(s.layout.CheckpointChunks(idx.Thread, idx.Seq, nonce)), append(at, clientv3.WithPrefix())...),
-	)
-	if err != nil || first(rs[0]) == nil {
-		return c, false
-	}
-	mkv := first(rs[1])
-	st, err := parseThread(first(rs[2]))
-	if err != nil || mkv == nil || mkv.Lease != 0 {
-		return c, false
-	}
-	m, err := parseMeta(mkv)
-	if err != nil || m.Seq != idx.Seq || m.Seq < st.rec.Floor {
-		return c, false
-	}
-	c, err = s.assemble(ctx, mkv.Key, m, rs[3].Kvs)
-	return c, err == nil
+	c, ok, err = s.loadAt(ctx, idx, id, resp.Header.Revision, true)
+	return c, ok && err == nil
 }
 
 // withdrawPermit is the first step of a deletion of checkpoints of a thread

@@ -119,7 +119,7 @@ func (s *Store) Get(ctx context.Context, id string) (*cairn.Checkpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, ok, err := s.loadAt(ctx, idx, id, resp.Header.Revision)
+	c, ok, err := s.loadAt(ctx, idx, id, resp.Header.Revision, false)
 	if err != nil || !ok {
 		return nil, err
 	}
@@ -127,20 +127,32 @@ func (s *Store) Get(ctx context.Context, id string) (*cairn.Checkpoint, error) {
 }
 
 // loadAt loads the checkpoint an index record names, as of revision rev. ok is
-// false when the index record is stale (the checkpoint was pruned).
-func (s *Store) loadAt(ctx context.Context, idx idxRec, id string, rev int64) (cairn.Checkpoint, bool, error) {
+// false when the index record is stale (the checkpoint was pruned). local
+// reads the connected member's own state (serializable) and also requires
+// the thread's read permit at rev (see getLocal): ok is false without it.
+func (s *Store) loadAt(ctx context.Context, idx idxRec, id string, rev int64, local bool) (cairn.Checkpoint, bool, error) {
 	nonce, err := parseNonce(idx.Nonce)
 	if err != nil {
 		return cairn.Checkpoint{}, false, err
 	}
-	prefix := s.layout.CheckpointChunks(idx.Thread, idx.Seq, nonce)
-	rs, _, err := s.readOnly(ctx,
-		clientv3.OpGet(string(s.layout.Checkpoint(idx.Thread, idx.CreatedAt, id)), clientv3.WithRev(rev)),
-		clientv3.OpGet(string(s.layout.Thread(idx.Thread)), clientv3.WithRev(rev)),
-		clientv3.OpGet(string(prefix), clientv3.WithPrefix(), clientv3.WithRev(rev)),
-	)
+	at := []clientv3.OpOption{clientv3.WithRev(rev)}
+	if local {
+		at = append(at, clientv3.WithSerializable())
+	}
+	gets := []clientv3.Op{
+		clientv3.OpGet(string(s.layout.Checkpoint(idx.Thread, idx.CreatedAt, id)), at...),
+		clientv3.OpGet(string(s.layout.Thread(idx.Thread)), at...),
+		clientv3.OpGet(string(s.layout.CheckpointChunks(idx.Thread, idx.Seq, nonce)), append(at, clientv3.WithPrefix())...),
+	}
+	if local {
+		gets = append(gets, clientv3.OpGet(string(s.layout.ReadPermit(idx.Thread)), at...))
+	}
+	rs, _, err := s.readOnly(ctx, gets...)
 	if err != nil {
 		return cairn.Checkpoint{}, false, err
+	}
+	if local && first(rs[3]) == nil {
+		return cairn.Checkpoint{}, false, nil
 	}
 	mkv := first(rs[0])
 	st, err := parseThread(first(rs[1]))

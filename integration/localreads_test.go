@@ -16,8 +16,6 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
-	"github.com/anishathalye/porcupine"
-
 	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/conformance"
 	"github.com/cairnstore/cairn/etcdstore"
@@ -281,23 +279,7 @@ func regionCampaign(t *testing.T, c *harness.Cluster) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range res.findings {
-		t.Errorf("content: %s", f)
-	}
-	if res.lin.Verdict != porcupine.Ok {
-		t.Errorf("history is not linearizable (%s); visualization: %s %v", res.lin.Verdict, res.lin.Visualization, res.lin.VisualizationErr)
-	} else {
-		t.Logf("linearizable: %d operations", res.ops)
-	}
-	for _, v := range res.fences.Violations {
-		t.Errorf("fence: %s", v)
-	}
-	for _, u := range res.fences.Unknown {
-		t.Errorf("fence: a committed write no recorded operation sent: %s", u)
-	}
-	for _, u := range res.fences.Unattributed {
-		t.Errorf("fence: records written outside every checked write: %s", u)
-	}
+	res.report(t)
 }
 
 // campaignRegionsDuration is how long regionCampaign's workload runs.
