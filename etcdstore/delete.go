@@ -25,7 +25,8 @@ import (
 // the new state, and the write retries for as long as ctx allows (see the
 // package documentation, Contention). Errors: the contract's, in its order;
 // ctx's error; *UnknownOutcomeError.
-func (s *Store) DeleteHead(ctx context.Context, in cairn.DeleteHeadInput) error {
+func (s *Store) DeleteHead(ctx context.Context, in cairn.DeleteHeadInput) (err error) {
+	defer definite("deleteHead", &err)
 	if err := cairn.CheckDeleteHeadInput(&in); err != nil {
 		return err
 	}
@@ -162,7 +163,8 @@ func deleteRange(start, end []byte) clientv3.Op {
 // retries, for as long as ctx allows (see the package documentation,
 // Contention). Errors: the contract's, in its order; ctx's error;
 // *UnknownOutcomeError.
-func (s *Store) DeleteCheckpoints(ctx context.Context, in cairn.DeleteCheckpointsInput) ([]string, error) {
+func (s *Store) DeleteCheckpoints(ctx context.Context, in cairn.DeleteCheckpointsInput) (_ []string, err error) {
+	defer definite("deleteCheckpoints", &err)
 	if err := cairn.CheckDeleteCheckpointsInput(&in); err != nil {
 		return nil, err
 	}
