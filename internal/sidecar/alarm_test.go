@@ -1,0 +1,95 @@
+package sidecar
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/etcdstore"
+	"github.com/cairnstore/cairn/internal/cli"
+	"github.com/cairnstore/cairn/internal/embedetcd"
+	"github.com/cairnstore/cairn/internal/etcdspace"
+	"github.com/cairnstore/cairn/internal/s3test"
+)
+
+// TestOnceUnderAlarm fills etcd through a store until it refuses an append
+// (NOSPACE), then runs sweeper --once --keep=1: the run cannot take its
+// lock, prunes every thread to its head with deletes only, and exits 0;
+// after etcdspace.Recover the store takes appends again.
+func TestOnceUnderAlarm(t *testing.T) {
+	etcd, client := embedetcd.ForTestWith(t, embedetcd.Config{QuotaBackendBytes: 8 << 20})
+	s3 := s3test.StartFake(t, s3test.FakeOptions{})
+	env := map[string]string{cli.EnvS3AccessKeyID: s3.AccessKeyID, cli.EnvS3SecretAccessKey: s3.SecretAccessKey}
+	sweeper := func(args ...string) (int, string) {
+		t.Helper()
+		var log strings.Builder
+		args = append([]string{"--etcd-endpoints=" + strings.Join(etcd.Endpoints(), ","), "--prefix=full/",
+			"--s3-endpoint=" + s3.Endpoint, "--s3-region=" + s3.Region, "--s3-bucket=" + s3.Bucket, "--s3-path-style",
+			"--probe-timeout=5s", "--log-format=json"}, args...)
+		code := Main(Env{Args: args, Getenv: func(k string) string { return env[k] }, Stderr: &log})
+		return code, log.String()
+	}
+	if code, log := sweeper("--bind"); code != ExitOK {
+		t.Fatalf("--bind exited %d:\n%s", code, log)
+	}
+	store, err := etcdstore.New(client, "full/", etcdstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	threads := []string{"a", "b"}
+	heads := map[string]string{}
+	leases := map[string]*cairn.Lease{}
+	for _, th := range threads {
+		if leases[th], err = store.AcquireWriter(t.Context(), th); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conv, _ := json.Marshal([]map[string]string{{"role": "assistant", "content": strings.Repeat("lorem ipsum ", 30000)}})
+	for i := 0; ; i++ {
+		th := threads[i%2]
+		id := fmt.Sprintf("%s%d", th, i)
+		c := cairn.Checkpoint{ID: id, ThreadID: th, ParentCheckpointID: heads[th], Reason: cairn.ReasonAutomatic, Conversation: conv}
+		_, err := store.Append(t.Context(), cairn.AppendInput{Checkpoint: c, ExpectedHeadID: heads[th], Writer: leases[th].Writer})
+		if errors.Is(err, cairn.ErrStoreFull) {
+			break
+		}
+		if err != nil || i > 1000 {
+			t.Fatalf("append %d: %v", i, err)
+		}
+		heads[th] = id
+	}
+
+	code, log := sweeper("--once", "--keep=1", "--older-than=0s")
+	if code != ExitOK || !strings.Contains(log, `"under_alarm":true`) {
+		t.Fatalf("sweeper --once under the alarm exited %d; want %d and underAlarm:\n%s", code, ExitOK, log)
+	}
+	for _, th := range threads {
+		list, err := store.List(t.Context(), th)
+		if err != nil || len(list) != 1 || list[0].ID != heads[th] {
+			t.Fatalf("thread %q after the run: %d checkpoints, %v; want only %q", th, len(list), err, heads[th])
+		}
+	}
+	if _, err := etcdspace.Recover(t.Context(), client, etcdspace.RecoverOptions{}); err != nil {
+		t.Fatalf("Recover: %v", err)
+	}
+	for _, th := range threads {
+		leases[th].Release(t.Context())
+		l, err := store.AcquireWriter(t.Context(), th)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := cairn.Checkpoint{ID: th + "-after", ThreadID: th, ParentCheckpointID: heads[th], Reason: cairn.ReasonAutomatic, Conversation: conv}
+		if _, err := store.Append(t.Context(), cairn.AppendInput{Checkpoint: c, ExpectedHeadID: heads[th], Writer: l.Writer}); err != nil {
+			t.Fatalf("append after the recovery: %v", err)
+		}
+		l.Release(t.Context())
+	}
+	// The next run takes its lock and sweeps.
+	if code, log := sweeper("--once", "--keep=1", "--older-than=0s"); code != ExitOK || strings.Contains(log, `"under_alarm":true`) {
+		t.Fatalf("sweeper --once after the recovery exited %d:\n%s", code, log)
+	}
+}
