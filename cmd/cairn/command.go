@@ -45,10 +45,10 @@ type command struct {
 // call is one run of a command: its arguments and, once open has been
 // called, the store.
 type call struct {
-	p     proc
-	args  []string
-	set   *cli.Set
-	conn  *conn
+	p      proc
+	args   []string
+	set    *cli.Set
+	conn   *conn
 	store  *etcdstore.Store
 	client *clientv3.Client // the store's etcd client
 	blobs  *bucket.S3
