@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/etcdstore"
@@ -63,6 +64,27 @@ func TestOnceUnderAlarm(t *testing.T) {
 		heads[th] = id
 	}
 
+	m := NewMetrics(false)
+	m.WatchEtcd(client, 10*time.Second)
+	gauges := func() map[string]float64 {
+		t.Helper()
+		fams, err := m.Registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]float64{}
+		for _, f := range fams {
+			if strings.Contains(f.GetName(), "etcd_") {
+				out[strings.TrimPrefix(f.GetName(), MetricPrefix)] = f.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		return out
+	}
+	if g := gauges(); g["etcd_nospace_alarm"] != 1 || g["etcd_db_quota_bytes"] != 8<<20 || g["etcd_db_size_bytes"] < 0.8*(8<<20) ||
+		g["etcd_db_size_in_use_bytes"] <= 0 || g["etcd_status_up"] != 1 {
+		t.Fatalf("etcd gauges of a full member: %v", g)
+	}
+
 	code, log := sweeper("--once", "--keep=1", "--older-than=0s")
 	if code != ExitOK || !strings.Contains(log, `"under_alarm":true`) {
 		t.Fatalf("sweeper --once under the alarm exited %d; want %d and underAlarm:\n%s", code, ExitOK, log)
@@ -87,6 +109,9 @@ func TestOnceUnderAlarm(t *testing.T) {
 			t.Fatalf("append after the recovery: %v", err)
 		}
 		l.Release(t.Context())
+	}
+	if g := gauges(); g["etcd_nospace_alarm"] != 0 || g["etcd_db_size_bytes"] >= 0.8*(8<<20) {
+		t.Fatalf("etcd gauges after the recovery: %v", g)
 	}
 	// The next run takes its lock and sweeps.
 	if code, log := sweeper("--once", "--keep=1", "--older-than=0s"); code != ExitOK || strings.Contains(log, `"under_alarm":true`) {

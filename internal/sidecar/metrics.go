@@ -1,13 +1,17 @@
 package sidecar
 
 import (
+	"context"
 	"runtime/debug"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/cairnstore/cairn/internal/buildinfo"
+	"github.com/cairnstore/cairn/internal/etcdspace"
 	"github.com/cairnstore/cairn/sweep"
 )
 
@@ -225,4 +229,70 @@ func (m *Metrics) observePrune(policy string, p sweep.PruneReport) {
 	m.policyThreads.WithLabelValues(policy).Add(float64(p.ThreadsDeleted))
 	m.policyProtected.WithLabelValues(policy).Add(float64(p.Protected))
 	m.policyBusy.WithLabelValues(policy).Add(float64(len(p.Busy)))
+}
+
+// WatchEtcd adds the space gauges of the cluster client talks to, read at
+// each scrape (etcdspace.Read, within timeout): per member, the database
+// size (what etcd compares with its quota), the size in use and the quota
+// (--quota-backend-bytes), and whether a NOSPACE alarm is raised. Alert
+// before the database reaches its quota: deploy/alerts.yml warns at 80%.
+func (m *Metrics) WatchEtcd(client *clientv3.Client, timeout time.Duration) {
+	m.Registry.MustRegister(&etcdSpace{client: client, timeout: timeout})
+}
+
+var (
+	etcdDBSize = prometheus.NewDesc(MetricPrefix+"etcd_db_size_bytes",
+		"Size of the etcd member's database file, the figure etcd compares with its quota (NOSPACE alarm when reached).", []string{"member"}, nil)
+	etcdDBInUse = prometheus.NewDesc(MetricPrefix+"etcd_db_size_in_use_bytes",
+		"Part of the etcd member's database that holds data; the rest is free pages a defragmentation gives back.", []string{"member"}, nil)
+	etcdDBQuota = prometheus.NewDesc(MetricPrefix+"etcd_db_quota_bytes",
+		"The etcd member's space quota (--quota-backend-bytes).", []string{"member"}, nil)
+	etcdNoSpace = prometheus.NewDesc(MetricPrefix+"etcd_nospace_alarm",
+		"1 while etcd's NOSPACE alarm is raised: etcd refuses every write that adds data, for every prefix.", nil, nil)
+	etcdStatusUp = prometheus.NewDesc(MetricPrefix+"etcd_status_up",
+		"1 when the last scrape read etcd's space status, 0 when it could not.", nil, nil)
+)
+
+// etcdSpace collects the space gauges at each scrape.
+type etcdSpace struct {
+	client  *clientv3.Client
+	timeout time.Duration
+}
+
+func (e *etcdSpace) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{etcdDBSize, etcdDBInUse, etcdDBQuota, etcdNoSpace, etcdStatusUp} {
+		ch <- d
+	}
+}
+
+func (e *etcdSpace) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
+	defer cancel()
+	st, err := etcdspace.Read(ctx, e.client)
+	up := 1.0
+	if err != nil {
+		up = 0
+	}
+	ch <- prometheus.MustNewConstMetric(etcdStatusUp, prometheus.GaugeValue, up)
+	for _, mem := range st.Members {
+		if mem.Err != "" {
+			continue
+		}
+		name := mem.Name
+		if name == "" {
+			name = strconv.FormatUint(mem.ID, 16)
+		}
+		ch <- prometheus.MustNewConstMetric(etcdDBSize, prometheus.GaugeValue, float64(mem.DBSize), name)
+		ch <- prometheus.MustNewConstMetric(etcdDBInUse, prometheus.GaugeValue, float64(mem.DBSizeInUse), name)
+		if mem.Quota > 0 {
+			ch <- prometheus.MustNewConstMetric(etcdDBQuota, prometheus.GaugeValue, float64(mem.Quota), name)
+		}
+	}
+	if err == nil {
+		alarm := 0.0
+		if st.Alarmed() {
+			alarm = 1
+		}
+		ch <- prometheus.MustNewConstMetric(etcdNoSpace, prometheus.GaugeValue, alarm)
+	}
 }
