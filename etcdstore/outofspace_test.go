@@ -14,6 +14,7 @@ import (
 	"github.com/cairnstore/cairn/etcdstore"
 	"github.com/cairnstore/cairn/internal/embedetcd"
 	"github.com/cairnstore/cairn/internal/etcdspace"
+	"github.com/cairnstore/cairn/internal/fulltest"
 )
 
 // outOfSpaceQuota is the quota of the member TestOutOfSpace fills.
@@ -28,7 +29,6 @@ type fullStore struct {
 	threads []string
 	leases  map[string]*cairn.Lease
 	acked   map[string][]cairn.Checkpoint // per thread, oldest first
-	full    time.Time                     // when the first append was refused
 }
 
 // fillStore appends ~400 KiB checkpoints to three threads in turn until an
@@ -37,39 +37,23 @@ func fillStore(t *testing.T) *fullStore {
 	t.Helper()
 	srv, cli := embedetcd.ForTestWith(t, embedetcd.Config{QuotaBackendBytes: outOfSpaceQuota})
 	x := &fullStore{srv: srv, cli: cli, s: newStore(t, cli, "oos/", etcdstore.Options{}),
-		threads: []string{"a", "b", "c"}, leases: map[string]*cairn.Lease{}, acked: map[string][]cairn.Checkpoint{}}
+		threads: []string{"a", "b", "c"}, leases: map[string]*cairn.Lease{}}
 	ctx := testContext(t)
+	var writers []cairn.Writer
 	for _, th := range append(x.threads, "d") { // d: the destination of a fork
 		l, err := x.s.AcquireWriter(ctx, th)
 		if err != nil {
 			t.Fatal(err)
 		}
 		x.leases[th] = l
+		if th != "d" {
+			writers = append(writers, l.Writer)
+		}
 	}
-	began := time.Now()
-	for i := 0; ; i++ {
-		th := x.threads[i%len(x.threads)]
-		var parent string
-		if a := x.acked[th]; len(a) > 0 {
-			parent = a[len(a)-1].ID
-		}
-		c := largeCheckpoint(fmt.Sprintf("%s%03d", th, i), th, parent, 40, 400<<10)
-		_, err := x.s.Append(ctx, cairn.AppendInput{Checkpoint: c, ExpectedHeadID: parent, Writer: x.leases[th].Writer})
-		if err == nil {
-			x.acked[th] = append(x.acked[th], c)
-			if i > 1000 {
-				t.Fatal("the quota was never reached")
-			}
-			continue
-		}
-		x.full = time.Now()
-		var u *etcdstore.UnknownOutcomeError
-		if errors.As(err, &u) || !errors.Is(err, cairn.ErrStoreFull) {
-			t.Fatalf("append %d refused with %v (code %q), want ErrStoreFull", i, err, cairn.CodeOf(err))
-		}
-		t.Logf("full after %d appends (%v): %v", i, time.Since(began), err)
-		return x
-	}
+	x.acked = fulltest.Fill(t, ctx, x.s, writers, func(n int, thread, parent string) cairn.Checkpoint {
+		return largeCheckpoint(fulltest.ID(thread, n), thread, parent, 40, 400<<10)
+	})
+	return x
 }
 
 // heads checks that every thread's head is its last acknowledged append and

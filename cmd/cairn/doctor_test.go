@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +10,7 @@ import (
 	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/etcdstore"
 	"github.com/cairnstore/cairn/internal/embedetcd"
+	"github.com/cairnstore/cairn/internal/fulltest"
 	"github.com/cairnstore/cairn/internal/s3test"
 )
 
@@ -41,20 +40,11 @@ func TestDoctor(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lease.Release(ctx)
-	conv, _ := json.Marshal([]map[string]string{{"role": "assistant", "content": strings.Repeat("lorem ipsum ", 30000)}})
-	head := ""
-	for i := 0; ; i++ {
-		id := fmt.Sprintf("c%d", i)
-		_, err := store.Append(ctx, cairn.AppendInput{Checkpoint: cairn.Checkpoint{ID: id, ThreadID: "t", ParentCheckpointID: head,
-			Reason: cairn.ReasonAutomatic, Conversation: conv}, ExpectedHeadID: head, Writer: lease.Writer})
-		if errors.Is(err, cairn.ErrStoreFull) {
-			break
-		}
-		if err != nil || i > 1000 {
-			t.Fatalf("append %d: %v", i, err)
-		}
-		head = id
-	}
+	conv := fulltest.Conversation(360_000)
+	acked := fulltest.Fill(t, ctx, store, []cairn.Writer{lease.Writer}, func(n int, thread, parent string) cairn.Checkpoint {
+		return fulltest.Checkpoint(fulltest.ID(thread, n), thread, parent, conv)
+	})
+	head := acked["t"][len(acked["t"])-1].ID
 
 	r := runCairn(t, env, "doctor")
 	if r.code != exitProblems || !strings.Contains(r.stdout, "alarm: NOSPACE raised") || !strings.Contains(r.stdout, "chunk") {
@@ -70,8 +60,7 @@ func TestDoctor(t *testing.T) {
 	if out := ok(t, env, "doctor", "--recover"); !strings.Contains(out, "alarm: none") || !strings.Contains(out, "disarmed true") {
 		t.Fatalf("doctor --recover after the prune:\n%s", out)
 	}
-	if _, err := store.Append(ctx, cairn.AppendInput{Checkpoint: cairn.Checkpoint{ID: "after", ThreadID: "t", ParentCheckpointID: head,
-		Reason: cairn.ReasonAutomatic, Conversation: conv}, ExpectedHeadID: head, Writer: lease.Writer}); err != nil {
+	if _, err := store.Append(ctx, cairn.AppendInput{Checkpoint: fulltest.Checkpoint("after", "t", head, conv), ExpectedHeadID: head, Writer: lease.Writer}); err != nil {
 		t.Fatalf("append after the recovery: %v", err)
 	}
 	var rep doctorReport

@@ -1,16 +1,14 @@
 package server_test
 
 import (
-	"encoding/json"
 	"errors"
-	"fmt"
-	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
 
 	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/internal/embedetcd"
+	"github.com/cairnstore/cairn/internal/fulltest"
 	"github.com/cairnstore/cairn/internal/server"
 	"github.com/cairnstore/cairn/internal/server/servertest"
 	"github.com/cairnstore/cairn/remote"
@@ -30,24 +28,15 @@ func TestStoreFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conv, _ := json.Marshal([]map[string]string{{"role": "assistant", "content": strings.Repeat("lorem ipsum ", 20000)}})
-	head := ""
-	for i := 0; ; i++ {
-		id := fmt.Sprintf("c%d", i)
-		_, err := a.Append(ctx, cairn.AppendInput{Checkpoint: cairn.Checkpoint{ID: id, ThreadID: "t", ParentCheckpointID: head,
-			Reason: cairn.ReasonAutomatic, Conversation: conv}, ExpectedHeadID: head, Writer: lease.Writer})
-		if err == nil {
-			head = id
-			if i > 1000 {
-				t.Fatal("the quota was never reached")
-			}
-			continue
-		}
-		var ue *remote.UnknownOutcomeError
-		if errors.As(err, &ue) || !errors.Is(err, cairn.ErrStoreFull) || connect.CodeOf(err) != connect.CodeResourceExhausted {
-			t.Fatalf("append %d: %v (code %q, connect %v), want STORE_FULL as resource_exhausted", i, err, cairn.CodeOf(err), connect.CodeOf(err))
-		}
-		break
+	conv := fulltest.Conversation(240_000)
+	acked := fulltest.Fill(t, ctx, a, []cairn.Writer{lease.Writer}, func(n int, thread, parent string) cairn.Checkpoint {
+		return fulltest.Checkpoint(fulltest.ID(thread, n), thread, parent, conv)
+	})
+	head := acked["t"][len(acked["t"])-1].ID
+	// The refusal reached the client as resource_exhausted.
+	_, err = a.Append(ctx, cairn.AppendInput{Checkpoint: fulltest.Checkpoint("more", "t", head, conv), ExpectedHeadID: head, Writer: lease.Writer})
+	if !errors.Is(err, cairn.ErrStoreFull) || connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("append under the alarm: %v (code %q, connect %v), want STORE_FULL as resource_exhausted", err, cairn.CodeOf(err), connect.CodeOf(err))
 	}
 	if h, err := a.GetHead(ctx, "t"); err != nil || h != head {
 		t.Fatalf("head %q, %v under the alarm; want %q", h, err, head)

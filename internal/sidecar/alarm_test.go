@@ -1,9 +1,6 @@
 package sidecar
 
 import (
-	"encoding/json"
-	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +10,7 @@ import (
 	"github.com/cairnstore/cairn/internal/cli"
 	"github.com/cairnstore/cairn/internal/embedetcd"
 	"github.com/cairnstore/cairn/internal/etcdspace"
+	"github.com/cairnstore/cairn/internal/fulltest"
 	"github.com/cairnstore/cairn/internal/s3test"
 )
 
@@ -44,24 +42,19 @@ func TestOnceUnderAlarm(t *testing.T) {
 	threads := []string{"a", "b"}
 	heads := map[string]string{}
 	leases := map[string]*cairn.Lease{}
+	var writers []cairn.Writer
 	for _, th := range threads {
 		if leases[th], err = store.AcquireWriter(t.Context(), th); err != nil {
 			t.Fatal(err)
 		}
+		writers = append(writers, leases[th].Writer)
 	}
-	conv, _ := json.Marshal([]map[string]string{{"role": "assistant", "content": strings.Repeat("lorem ipsum ", 30000)}})
-	for i := 0; ; i++ {
-		th := threads[i%2]
-		id := fmt.Sprintf("%s%d", th, i)
-		c := cairn.Checkpoint{ID: id, ThreadID: th, ParentCheckpointID: heads[th], Reason: cairn.ReasonAutomatic, Conversation: conv}
-		_, err := store.Append(t.Context(), cairn.AppendInput{Checkpoint: c, ExpectedHeadID: heads[th], Writer: leases[th].Writer})
-		if errors.Is(err, cairn.ErrStoreFull) {
-			break
-		}
-		if err != nil || i > 1000 {
-			t.Fatalf("append %d: %v", i, err)
-		}
-		heads[th] = id
+	conv := fulltest.Conversation(360_000)
+	acked := fulltest.Fill(t, t.Context(), store, writers, func(n int, thread, parent string) cairn.Checkpoint {
+		return fulltest.Checkpoint(fulltest.ID(thread, n), thread, parent, conv)
+	})
+	for th, a := range acked {
+		heads[th] = a[len(a)-1].ID
 	}
 
 	m := NewMetrics(false)
@@ -104,7 +97,7 @@ func TestOnceUnderAlarm(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := cairn.Checkpoint{ID: th + "-after", ThreadID: th, ParentCheckpointID: heads[th], Reason: cairn.ReasonAutomatic, Conversation: conv}
+		c := fulltest.Checkpoint(th+"-after", th, heads[th], conv)
 		if _, err := store.Append(t.Context(), cairn.AppendInput{Checkpoint: c, ExpectedHeadID: heads[th], Writer: l.Writer}); err != nil {
 			t.Fatalf("append after the recovery: %v", err)
 		}
