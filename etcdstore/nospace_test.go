@@ -1,6 +1,7 @@
 package etcdstore_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"reflect"
@@ -21,7 +22,18 @@ import (
 func TestNoSpaceAnswers(t *testing.T) {
 	srv, _ := embedetcd.ForTest(t)
 	n := 0
-	for _, w := range outcomeWrites() {
+	writes := append(outcomeWrites(), outcomeWrite{
+		name: "DeleteThread",
+		setup: func(t *testing.T, x *outcomeFixture) {
+			mustAppend(t, x, smallCheckpoint("c1", "t", "", "k1"), "")
+		},
+		write: func(ctx context.Context, x *outcomeFixture) error {
+			_, err := x.s.DeleteThread(ctx, cairn.DeleteThreadInput{ThreadID: "t", Writer: x.lease.Writer})
+			return err
+		},
+		want: state{Heads: map[string]string{"t": ""}, Lists: map[string][]string{"t": {}}, Refs: []cairn.BlobReference{}},
+	})
+	for _, w := range writes {
 		for _, applied := range []bool{true, false} {
 			n++
 			prefix := fmt.Sprintf("nospace-%d/", n)
