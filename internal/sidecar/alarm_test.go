@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/etcdstore"
 	"github.com/cairnstore/cairn/internal/cli"
@@ -12,6 +14,7 @@ import (
 	"github.com/cairnstore/cairn/internal/etcdspace"
 	"github.com/cairnstore/cairn/internal/fulltest"
 	"github.com/cairnstore/cairn/internal/s3test"
+	"github.com/cairnstore/cairn/sweep"
 )
 
 // TestOnceUnderAlarm fills etcd through a store until it refuses an append
@@ -109,5 +112,25 @@ func TestOnceUnderAlarm(t *testing.T) {
 	// The next run takes its lock and sweeps.
 	if code, log := sweeper("--once", "--keep=1", "--older-than=0s"); code != ExitOK || strings.Contains(log, `"under_alarm":true`) {
 		t.Fatalf("sweeper --once after the recovery exited %d:\n%s", code, log)
+	}
+}
+
+// TestObserveUnderAlarm: a run that pruned under the alarm counts as
+// under_alarm, not success, so the alert on the last successful run still
+// fires, and its removals are counted.
+func TestObserveUnderAlarm(t *testing.T) {
+	m := NewMetrics(false)
+	m.observe(RunReport{UnderAlarm: true, Pruned: true, Prune: sweep.PruneReport{Removed: 3}}, nil)
+	if got := testutil.ToFloat64(m.runs.WithLabelValues("under_alarm")); got != 1 {
+		t.Fatalf("runs_total{result=under_alarm} = %v", got)
+	}
+	if got := testutil.ToFloat64(m.runs.WithLabelValues("success")); got != 0 {
+		t.Fatalf("runs_total{result=success} = %v", got)
+	}
+	if got := testutil.ToFloat64(m.lastSuccess); got != 0 {
+		t.Fatalf("last_success_timestamp_seconds = %v after a run under the alarm", got)
+	}
+	if got := testutil.ToFloat64(m.pruned); got != 3 {
+		t.Fatalf("pruned_checkpoints_total = %v, want 3", got)
 	}
 }

@@ -20,7 +20,7 @@ const MetricPrefix = "cairn_sweeper_"
 
 // results are the values of the result label of runs_total, registered up
 // front so that every series exists from the start.
-var results = []string{"success", "partial", "failure", "interrupted", "lock_held", "lock_lost", "verify_problems", "uncovered"}
+var results = []string{"success", "partial", "failure", "interrupted", "lock_held", "lock_lost", "verify_problems", "uncovered", "under_alarm"}
 
 // Metrics are the sweeper's Prometheus metrics, on a registry of their own
 // that also carries the Go and process collectors.
@@ -64,7 +64,7 @@ func NewMetrics(dryRun bool) *Metrics {
 	m := &Metrics{
 		Registry: r,
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts(f("runs_total",
-			"Runs by result: success, partial (some blobs not deleted), failure, interrupted, lock_held, lock_lost, verify_problems, uncovered (the sweep refused: the bucket is bound to a prefix this sweeper does not serve).")), []string{"result"}),
+			"Runs by result: success, partial (some blobs not deleted), failure, interrupted, lock_held, lock_lost, verify_problems, uncovered (the sweep refused: the bucket is bound to a prefix this sweeper does not serve), under_alarm (etcd out of space: pruned with deletes only, swept nothing).")), []string{"result"}),
 		deleted: prometheus.NewCounter(prometheus.CounterOpts(f("deleted_blobs_total",
 			"Blobs deleted from the bucket (in a dry run: blobs that would have been deleted)."))),
 		freed: prometheus.NewCounter(prometheus.CounterOpts(f("freed_bytes_total",
@@ -172,16 +172,22 @@ func (m *Metrics) observe(rep RunReport, err error) {
 	if m == nil {
 		return
 	}
-	m.runs.WithLabelValues(Result(err)).Inc()
+	result := Result(err)
+	if rep.UnderAlarm && err == nil {
+		result = "under_alarm" // not a success: nothing was swept
+	}
+	m.runs.WithLabelValues(result).Inc()
 	now := time.Now()
 	m.lastRun.Set(float64(now.UnixNano()) / 1e9)
-	if err == nil {
+	if result == "success" {
 		m.lastSuccess.Set(float64(now.UnixNano()) / 1e9)
 	}
-	if !rep.Locked {
+	if !rep.Locked && !rep.UnderAlarm {
 		return
 	}
-	m.duration.Observe(rep.Duration.Seconds())
+	if rep.Locked {
+		m.duration.Observe(rep.Duration.Seconds())
+	}
 	policy := rep.Policy
 	if policy == "" {
 		policy = "default"
