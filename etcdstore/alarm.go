@@ -19,9 +19,12 @@ import (
 // returns the removed ids, oldest first.
 //
 // Each transaction reads the thread record and its checkpoint records at
-// one revision, walks the chain from the head, and
+// one revision, walks the chain from the head, and (for a thread written
+// with LocalReads, after withdrawing its read permit and waiting for every
+// member to apply that, as every deletion does)
 //
-//	If   the thread record is unchanged (and the store's guards hold)
+//	If   the thread record is unchanged (and the store's guards hold,
+//	     and the read permit is still withdrawn)
 //	Then delete the oldest removed checkpoints that fit: their checkpoint
 //	     and index records, and the bodies and reference records of every
 //	     sequence number below the oldest one kept by this transaction
@@ -69,7 +72,23 @@ func (s *Store) KeepNewestUnderAlarm(ctx context.Context, threadID string, keep 
 		if err != nil {
 			return removed, err
 		}
-		resp, err := s.client.Txn(ctx).If(s.withGuards([]clientv3.Cmp{s.threadCmp(threadID, st)})...).Then(ops...).Commit()
+		cmps := s.withGuards([]clientv3.Cmp{s.threadCmp(threadID, st)})
+		if st.rec.LocalReads {
+			// As every deletion of such a thread (see local.go): withdraw
+			// the read permit and wait for every member to have applied the
+			// withdrawal, then delete while it is still withdrawn. Putting
+			// it back is a put: the thread reads linearizably until its
+			// next append.
+			retry, err := s.withdrawPermitIf(ctx, threadID, cmps)
+			if err != nil {
+				return removed, err
+			}
+			if retry {
+				continue
+			}
+			cmps = append(cmps, s.permitCmps(threadID)...)
+		}
+		resp, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
 			if !ambiguous(err) || ctx.Err() != nil {
 				return removed, err

@@ -149,3 +149,42 @@ func TestKeepNewestUnderAlarmRace(t *testing.T) {
 	}
 	mustVerify(t, s)
 }
+
+// TestKeepNewestUnderAlarmLocalReads: on a thread written with LocalReads,
+// the prune under the alarm withdraws the read permit before it deletes (as
+// every deletion does), and cannot put it back: the permit stays withdrawn,
+// and a Get of a pruned checkpoint finds nothing.
+func TestKeepNewestUnderAlarmLocalReads(t *testing.T) {
+	_, cli := embedetcd.ForTest(t)
+	s := newStore(t, cli, "alarm-local/", etcdstore.Options{LocalReads: true})
+	l, err := s.AcquireWriter(testContext(t), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(testContext(t))
+	appendChain(t, s, l.Writer, 5)
+	permit := func() bool {
+		t.Helper()
+		r, err := cli.Get(testContext(t), string(s.Layout().ReadPermit("t")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(r.Kvs) > 0
+	}
+	if !permit() {
+		t.Fatal("no read permit after the appends of a LocalReads store")
+	}
+	if _, err := s.KeepNewestUnderAlarm(testContext(t), "t", 2); err != nil {
+		t.Fatal(err)
+	}
+	if permit() {
+		t.Fatal("the read permit is still there after the prune under the alarm")
+	}
+	if c, err := s.Get(testContext(t), "c1"); err != nil || c != nil {
+		t.Fatalf("Get of a pruned checkpoint: %v, %v", c, err)
+	}
+	if got, want := listIDs(t, s), []string{"c4", "c5"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("list %v, want %v", got, want)
+	}
+	mustVerify(t, s)
+}

@@ -140,6 +140,16 @@ func (op *deleteHeadOp) run(ctx context.Context, pending error, pendingRev int64
 			ops = append(ops, deletePrefix(s.layout.RefSeq(shard, in.ThreadID, m.Seq)))
 		}
 		cmps := s.withGuards(append(append(fence.Guard(wk, in.Writer.OwnerToken, in.Writer.Fence, now), s.threadCmp(in.ThreadID, st)), parentCmp...))
+		if rec.LocalReads {
+			retry, err := s.withdrawPermit(ctx, in.ThreadID, in.Writer, st, now)
+			if err != nil {
+				return a.fail(err)
+			}
+			if retry {
+				continue
+			}
+			cmps, ops = append(cmps, s.permitCmps(in.ThreadID)...), append(ops, s.permitOps(in.ThreadID)...)
+		}
 		resp, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
 			if err := a.committed(ctx, err, st.rev); err != nil {

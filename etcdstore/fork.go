@@ -229,7 +229,7 @@ func (op *forkOp) run(ctx context.Context, pending error, pendingRev int64) (*ca
 			continue
 		}
 		if resp.Succeeded {
-			s.remember(dest, threadState{rec: destSt.nextRecord(w, seq, op.nonce), rev: resp.Header.Revision})
+			s.remember(dest, threadState{rec: destSt.nextRecord(w, seq, op.nonce, s.localReads), rev: resp.Header.Revision})
 			staging.close()
 			staging = nil
 			out := root.Clone()
@@ -351,7 +351,7 @@ func (s *Store) rootConversation(ctx context.Context, kv *mvccpb.KeyValue) (json
 	if !r.convPresent {
 		return json.RawMessage("[]"), nil
 	}
-	got, err := s.fetchObjects(ctx, partDigests(r.conv))
+	got, err := s.fetchParts(ctx, r.conv)
 	if err != nil {
 		return nil, fmt.Errorf("transcript: %w", err)
 	}

@@ -93,10 +93,19 @@ func (s *Store) GetHead(ctx context.Context, threadID string) (string, error) {
 }
 
 // Get implements cairn.Store in two reads: the id's index record, then, at the
-// same revision, the checkpoint record, its thread record and its body.
+// same revision, the checkpoint record, its thread record and its body. With
+// Options.LocalReads both reads go first to the connected member's own state
+// (see getLocal), and to the leader only when that cannot answer.
 func (s *Store) Get(ctx context.Context, id string) (*cairn.Checkpoint, error) {
 	if err := cairn.ValidateID(id, "checkpoint id"); err != nil {
 		return nil, err
+	}
+	if s.localReads {
+		if c, ok := s.getLocal(ctx, id); ok {
+			s.reads.local.Add(1)
+			return &c, nil
+		}
+		s.reads.fallback.Add(1)
 	}
 	resp, err := s.client.Get(ctx, string(s.layout.Index(id)))
 	if err != nil {
@@ -160,7 +169,11 @@ func (s *Store) assemble(ctx context.Context, key []byte, m ckptMeta, chunkKVs [
 	if err != nil {
 		return c, corrupt("checkpoint record", key, err)
 	}
-	if c.Files, c.Conversation, c.Artifacts, err = s.readBody(ctx, root); err != nil {
+	hint, err := parsePacks(m.Packs)
+	if err != nil {
+		return c, corrupt("checkpoint record", key, err)
+	}
+	if c.Files, c.Conversation, c.Artifacts, err = s.readBodyHint(ctx, root, hint); err != nil {
 		return cairn.Checkpoint{}, fmt.Errorf("checkpoint %q: %w", c.ID, err)
 	}
 	return c, nil

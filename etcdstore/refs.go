@@ -134,37 +134,35 @@ func (s *Store) objectRefs(ctx context.Context, rev *int64, objects bool) (refs,
 		return nil, nil, err
 	}
 	var listings []refListing
-	var chunks []keys.Digest
+	var chunks []objPart
 	seen := map[keys.Digest]bool{}
 	named := map[keys.Digest]int{}
 	for i, d := range distinct {
 		r := &decoded[i]
-		l := refListing{chunks: r.refDigests(), keyOrder: r.version != objRootTree}
+		l := refListing{chunks: r.refDigests(), keyOrder: r.version == objVersion}
 		for range roots[d] {
 			listings = append(listings, l)
 		}
-		for _, c := range l.chunks {
-			if !seen[c] {
-				seen[c] = true
+		for _, c := range r.refs {
+			if !seen[c.digest] {
+				seen[c.digest] = true
 				chunks = append(chunks, c)
 			}
 		}
 		if objects {
-			n := roots[d] + transcripts[d]
-			named[d] += n
 			if roots[d] > 0 {
-				for _, o := range r.allDigests() {
+				for _, o := range r.namedObjects(d) {
 					named[o] += roots[d]
 				}
 			}
 			if transcripts[d] > 0 {
-				for _, o := range partDigests(r.conv) {
+				for _, o := range r.convObjects(d) {
 					named[o] += transcripts[d]
 				}
 			}
 		}
 	}
-	got, err := s.fetchObjects(ctx, chunks)
+	got, err := s.fetchParts(ctx, chunks)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -575,7 +575,7 @@ func (v *verifier) refChunks(t, id, key string, root keys.Digest, want []string)
 	r, err := v.s.root(v.ctx, root)
 	var got map[string][]byte
 	if err == nil {
-		got, err = v.s.fetchObjects(v.ctx, r.refDigests())
+		got, err = v.s.fetchParts(v.ctx, r.refs)
 	}
 	if err != nil {
 		v.problem("missing-object", t, id, key, "%v", err)

@@ -35,6 +35,7 @@ const (
 	subTranscriptChunk = 'M'
 	subWriterOwner     = 'w'
 	subWriterExpiry    = 'x'
+	subReadPermit      = 'p'
 )
 
 // Layout builds the etcd keys of one store. All keys start with the store's
@@ -174,6 +175,12 @@ func (l Layout) WriterOwner(thread string) []byte { return l.threadData(thread, 
 // WriterExpiry returns the key that holds the expiry of a thread's writer
 // lease, encoded with AppendFloat64.
 func (l Layout) WriterExpiry(thread string) []byte { return l.threadData(thread, subWriterExpiry, 0) }
+
+// ReadPermit returns the key of a thread's read permit: while a member's
+// state holds it, that member may serve the thread's checkpoint records
+// without asking the leader (etcdstore's local reads). A deletion of
+// checkpoints removes it first and waits for every member to apply that.
+func (l Layout) ReadPermit(thread string) []byte { return l.threadData(thread, subReadPermit, 0) }
 
 // Index returns the key that records where a checkpoint id lives.
 func (l Layout) Index(id string) []byte {

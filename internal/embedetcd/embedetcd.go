@@ -11,7 +11,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,6 +67,15 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	client := loopback
 	if cfg.ClientAddr != "" {
 		client.Host = cfg.ClientAddr
+	} else {
+		// The member advertises the address it listens on (a store that
+		// waits for every member to apply a revision dials the advertised
+		// URLs), so it is a real port, not ":0".
+		addr, err := freeLoopback()
+		if err != nil {
+			return nil, err
+		}
+		client.Host = addr
 	}
 	ec.ListenClientUrls = []url.URL{client}
 	ec.AdvertiseClientUrls = []url.URL{client}
@@ -78,6 +89,16 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	ec.QuotaBackendBytes = cfg.QuotaBackendBytes
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	e, err := embed.StartEtcd(ec)
+	for try := 1; err != nil && cfg.ClientAddr == "" && strings.Contains(err.Error(), "address already in use") && try < 5; try++ {
+		// Another process took the free port in the meantime: pick another.
+		addr, ferr := freeLoopback()
+		if ferr != nil {
+			return nil, ferr
+		}
+		client.Host = addr
+		ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
+		e, err = embed.StartEtcd(ec)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("embedetcd: start: %w", err)
 	}
@@ -95,6 +116,16 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		s.endpoints = append(s.endpoints, l.Addr().String())
 	}
 	return s, nil
+}
+
+// freeLoopback returns a loopback address whose port was free a moment ago.
+func freeLoopback() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("embedetcd: find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
 }
 
 // Endpoints returns the client addresses, as host:port.
