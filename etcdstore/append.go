@@ -40,6 +40,7 @@ import (
 // as long as ctx allows (see the package documentation, Contention). Errors:
 // the contract's, in its order; ctx's error; *UnknownOutcomeError.
 func (s *Store) Append(ctx context.Context, in cairn.AppendInput) (_ cairn.AppendResult, err error) {
+	defer definite("append", &err)
 	bufs := bufPool.Get().(*encodeBufs)
 	if err := cairn.CheckAppendInputDigests(&in, &bufs.digests); err != nil {
 		bufs.release()

@@ -42,7 +42,8 @@ var _ cairn.ThreadDeleter = (*Store)(nil)
 // (ErrInvalidID, then ErrWriterLost); ctx's error; an *UnknownOutcomeError
 // when a commit got no answer and ctx ended or the unanswered commits ran
 // out before the outcome was known.
-func (s *Store) DeleteThread(ctx context.Context, in cairn.DeleteThreadInput) ([]string, error) {
+func (s *Store) DeleteThread(ctx context.Context, in cairn.DeleteThreadInput) (_ []string, err error) {
+	defer definite("deleteThread", &err)
 	if err := cairn.CheckDeleteThreadInput(&in); err != nil {
 		return nil, err
 	}

@@ -93,7 +93,12 @@ func (s *Store) getLocal(ctx context.Context, id string) (c cairn.Checkpoint, ok
 // transport's, while a member has not caught up (nothing is deleted, and
 // reads of the thread only stop being local).
 func (s *Store) withdrawPermit(ctx context.Context, thread string, w cairn.Writer, st threadState, now float64) (retry bool, err error) {
-	cmps := s.withGuards(append(fence.Guard(s.writerKeys(thread), w.OwnerToken, w.Fence, now), s.threadCmp(thread, st)))
+	return s.withdrawPermitIf(ctx, thread, s.withGuards(append(fence.Guard(s.writerKeys(thread), w.OwnerToken, w.Fence, now), s.threadCmp(thread, st))))
+}
+
+// withdrawPermitIf is withdrawPermit guarded by cmps (the prune under the
+// alarm has no writer, and compares the thread record alone).
+func (s *Store) withdrawPermitIf(ctx context.Context, thread string, cmps []clientv3.Cmp) (retry bool, err error) {
 	resp, err := s.client.Txn(ctx).If(cmps...).Then(clientv3.OpDelete(string(s.layout.ReadPermit(thread)))).Commit()
 	if err != nil {
 		return false, err

@@ -403,6 +403,7 @@ func ambiguous(err error) bool {
 		rpctypes.ErrKeyNotFound, rpctypes.ErrLeaseNotFound, rpctypes.ErrCompacted, rpctypes.ErrFutureRev,
 		rpctypes.ErrPermissionDenied, rpctypes.ErrAuthFailed, rpctypes.ErrInvalidAuthToken,
 		rpctypes.ErrUserEmpty, rpctypes.ErrNoLeader, rpctypes.ErrNotCapable, rpctypes.ErrAuthOldRevision,
+		rpctypes.ErrNoSpace, // see noSpace: the writes that can tell settle it by a read
 	} {
 		if errors.Is(err, definite) {
 			return false
@@ -416,6 +417,55 @@ func ambiguous(err error) bool {
 		}
 	}
 	return true
+}
+
+// noSpace reports whether err is etcd's refusal for lack of space: its
+// NOSPACE alarm is raised (every request that puts a key is refused before it
+// is applied), or the request would cross the space quota.
+//
+// The second case is not always a refusal: etcd applies a transaction whose
+// put crosses the quota and answers NOSPACE all the same (it then raises the
+// alarm). So a write that can tell whether it landed (the thread writes, by
+// the nonce of the thread record; AcquireWriter, by the owner token) reads
+// once after such an answer (reads are served under the alarm) and reports
+// success when it finds its own write, ErrStoreFull otherwise; nothing else
+// can apply the write later, since etcd answered after applying or refusing
+// it. The other writes (staged chunks and claims under an etcd lease, the
+// sweeper's records) leave nothing visible when they land this way: what
+// they put is ended with its lease, or settled by the next sweep, as after
+// a crash.
+func noSpace(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, rpctypes.ErrNoSpace) || errors.Is(err, rpctypes.ErrGRPCNoSpace) {
+		return true
+	}
+	if st, ok := status.FromError(err); ok {
+		return st.Code() == codes.ResourceExhausted && st.Message() == rpctypes.ErrNoSpace.Error()
+	}
+	return false
+}
+
+// storeFull returns the coded refusal of op for etcd's NOSPACE answer err.
+func storeFull(op string, err error) error {
+	return &cairn.Error{Code: cairn.CodeStoreFull, Err: err, Message: op +
+		" refused: etcd is out of space (NOSPACE alarm); nothing was written. Free space: docs/operations.md"}
+}
+
+// definite turns a NOSPACE answer that reached the end of a write into
+// ErrStoreFull. Coded errors (the contract's, ErrStoreFull) and unknown
+// outcomes (an earlier attempt's answer was lost) are left as they are.
+// Every write method defers it on its named error.
+func definite(op string, err *error) {
+	if *err == nil || cairn.CodeOf(*err) != "" || !noSpace(*err) {
+		return
+	}
+	var uo *UnknownOutcomeError
+	if errors.As(*err, &uo) {
+		return
+	}
+	*err = storeFull(op, *err)
 }
 
 // withTimeout bounds best-effort cleanup that must not depend on the caller's

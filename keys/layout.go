@@ -265,3 +265,47 @@ func (l Layout) DecodeRef(key []byte) (RefKey, error) {
 	r.Part = int(binary.BigEndian.Uint16(rest[NonceLen:]))
 	return r, nil
 }
+
+// Kind names the kind of record key is, for reports of what holds space:
+// "thread", "checkpoint", "chunk", "transcript", "writer", "index", "ref",
+// "instance", "lock", "gc", "claim", "thread-other", or "" for a key outside
+// the layout or of no known kind.
+func (l Layout) Kind(key []byte) string {
+	n := len(l.root)
+	if len(key) <= n || string(key[:n]) != string(l.root) {
+		return ""
+	}
+	switch key[n] {
+	case tagThread:
+		return "thread"
+	case tagRef:
+		return "ref"
+	case tagIndex:
+		return "index"
+	case tagInstance:
+		return "instance"
+	case tagLock:
+		return "lock"
+	case tagGC:
+		return "gc"
+	case tagClaim:
+		return "claim"
+	case tagThreadData:
+		_, rest, err := DecodeString(key[n+1:])
+		if err != nil || len(rest) == 0 {
+			return ""
+		}
+		switch rest[0] {
+		case subCheckpoint:
+			return "checkpoint"
+		case subChunk:
+			return "chunk"
+		case subTranscript, subTranscriptChunk:
+			return "transcript"
+		case subWriterOwner, subWriterExpiry:
+			return "writer"
+		}
+		return "thread-other"
+	}
+	return ""
+}

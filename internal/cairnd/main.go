@@ -75,11 +75,12 @@ type Config struct {
 	TestClock       bool
 	ServeCollector  bool
 	// LocalReads is etcdstore.Options.LocalReads for every tenant.
-	LocalReads bool
-	Dev        bool
-	DevData    string
-	LogFormat  string
-	LogLevel   slog.Level
+	LocalReads   bool
+	Dev          bool
+	DevData      string
+	DevEtcdQuota int64
+	LogFormat    string
+	LogLevel     slog.Level
 
 	set *cli.Set
 }
@@ -116,6 +117,7 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Config, er
 	s.BoolVar(&c.LocalReads, "local-reads", c.LocalReads, "answer Get from the etcd member(s) of --etcd-endpoints without a round trip to the leader when they hold the checkpoint; deletions then wait for every member (docs/regions.md)")
 	s.BoolVar(&c.Dev, "dev", c.Dev, "run on an embedded etcd and a local S3 server (internal/devstack) on loopback; prints a token when none is given")
 	s.StringVar(&c.DevData, "dev-data", c.DevData, "data directory of --dev (default: a new temporary directory, deleted at exit)")
+	s.Int64Var(&c.DevEtcdQuota, "dev-etcd-quota", c.DevEtcdQuota, "space quota in bytes of --dev's etcd (0: etcd's default, 2 GiB); a small one lets tests meet etcd's NOSPACE alarm")
 	s.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")
 	s.Var(cli.Level{L: &c.LogLevel}, "log-level", "debug, info, warn or error")
 	s.Usage = func() {
@@ -148,6 +150,9 @@ Flags:
 	}
 	if c.TokensFile != "" && c.Tokens != "" {
 		return c, cli.Usagef("give --tokens-file or --tokens (%s), not both", cli.EnvName("tokens"))
+	}
+	if c.DevEtcdQuota < 0 || c.DevEtcdQuota > 0 && !c.Dev {
+		return c, cli.Usagef("--dev-etcd-quota must be 0 or more, and goes with --dev only")
 	}
 	if !c.Dev && c.TokensFile == "" && c.Tokens == "" {
 		return c, cli.Usagef("--tokens-file (or %s, or --tokens) is required: the tenants and their tokens", cli.EnvName("tokens-file"))
@@ -262,7 +267,7 @@ func run(cfg Config, log *slog.Logger, e Env) error {
 			return err
 		}
 		defer cleanup()
-		stack, err := devstack.Start(ctx, devstack.Options{Dir: dir})
+		stack, err := devstack.Start(ctx, devstack.Options{Dir: dir, EtcdQuotaBytes: cfg.DevEtcdQuota})
 		if err != nil {
 			return fmt.Errorf("--dev: %w", err)
 		}

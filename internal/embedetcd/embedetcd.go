@@ -41,6 +41,10 @@ type Config struct {
 	// apart as clusters (a store's cairn.Binding names the cluster id) need
 	// distinct tokens.
 	ClusterToken string
+	// QuotaBackendBytes is the space quota of the member's database; 0
+	// selects etcd's default (2 GiB). A small quota lets tests fill the
+	// member and meet its NOSPACE alarm.
+	QuotaBackendBytes int64
 }
 
 // Server is a running embedded etcd member.
@@ -82,6 +86,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		ec.InitialClusterToken = cfg.ClusterToken
 	}
 	ec.UnsafeNoFsync = cfg.NoFsync
+	ec.QuotaBackendBytes = cfg.QuotaBackendBytes
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	e, err := embed.StartEtcd(ec)
 	for try := 1; err != nil && cfg.ClientAddr == "" && strings.Contains(err.Error(), "address already in use") && try < 5; try++ {
@@ -147,11 +152,19 @@ func (s *Server) Close() { s.e.Close() }
 // its own), and returns it with a client. Both are closed by t.Cleanup.
 func ForTest(t testing.TB) (*Server, *clientv3.Client) {
 	t.Helper()
+	return ForTestWith(t, Config{})
+}
+
+// ForTestWith is ForTest with cfg's QuotaBackendBytes and Name; the other
+// fields are ForTest's.
+func ForTestWith(t testing.TB, cfg Config) (*Server, *clientv3.Client) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var token [8]byte
 	_, _ = rand.Read(token[:])
-	s, err := Start(ctx, Config{Dir: t.TempDir(), NoFsync: true, ClusterToken: "test-" + hex.EncodeToString(token[:])})
+	s, err := Start(ctx, Config{Dir: t.TempDir(), NoFsync: true, ClusterToken: "test-" + hex.EncodeToString(token[:]),
+		Name: cfg.Name, QuotaBackendBytes: cfg.QuotaBackendBytes})
 	if err != nil {
 		t.Fatal(err)
 	}
