@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -25,8 +26,15 @@ func TestDoctor(t *testing.T) {
 	env := []string{"CAIRN_ETCD_ENDPOINTS=" + strings.Join(etcd.Endpoints(), ","), "CAIRN_PREFIX=doc/",
 		"CAIRN_S3_ENDPOINT=" + s3.Endpoint, "CAIRN_S3_REGION=" + s3.Region, "CAIRN_S3_BUCKET=" + s3.Bucket,
 		"CAIRN_S3_PATH_STYLE=true", "CAIRN_S3_ACCESS_KEY_ID=" + s3.AccessKeyID, "CAIRN_S3_SECRET_ACCESS_KEY=" + s3.SecretAccessKey}
-	if out := ok(t, env, "doctor"); !strings.Contains(out, "alarm: none") {
+	if out := ok(t, env, "doctor"); !strings.Contains(out, "alarm: none") || !strings.Contains(out, "members by region:") {
 		t.Fatalf("doctor on an empty member:\n%s", out)
+	}
+	// The one member leads, in the region --regions gives it.
+	if out := ok(t, env, "doctor", "--regions", "default=eu-west"); !regexp.MustCompile(`(?m)^default\s+eu-west\s+leader\s`).MatchString(out) {
+		t.Fatalf("doctor --regions:\n%s", out)
+	}
+	if r := runCairn(t, env, "doctor", "--regions", "default"); r.code != 2 || !strings.Contains(r.stderr, "name=region") {
+		t.Fatalf("doctor with a malformed --regions: %s", r)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -65,7 +73,7 @@ func TestDoctor(t *testing.T) {
 	}
 	var rep doctorReport
 	if err := json.Unmarshal([]byte(ok(t, env, "doctor", "-o", "json")), &rep); err != nil || len(rep.Status.Members) != 1 ||
-		rep.Status.Members[0].Quota != 8<<20 || rep.Status.Alarmed() {
+		rep.Status.Members[0].Quota != 8<<20 || rep.Status.Alarmed() || rep.Topology == nil || len(rep.Topology.Members) != 1 || !rep.Topology.Members[0].Leader {
 		t.Fatalf("doctor -o json: %+v, %v", rep, err)
 	}
 }
