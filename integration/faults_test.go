@@ -132,7 +132,7 @@ type faultInjector struct {
 }
 
 // faultKinds are the kinds of fault, in the order the injector applies them.
-var faultKinds = []string{"kill-leader", "partition", "kill-follower", "pause-leader"}
+var faultKinds = []string{"kill-leader", "partition", "kill-follower", "pause-leader", "nospace"}
 
 func (f *faultInjector) note(kind, format string, args ...any) {
 	f.mu.Lock()
@@ -195,6 +195,21 @@ func (f *faultInjector) run(ctx context.Context) error {
 			pause(ctx, f.r, 1500*time.Millisecond, 3*time.Second)
 			leader.Resume()
 			f.note("pause-leader", "SIGSTOP leader %s, SIGCONT after %v", leader.Name, time.Since(start).Round(time.Millisecond))
+		case "nospace":
+			// etcd's NOSPACE alarm, as when the quota is reached: every
+			// write that puts a key is refused, cluster-wide, until it is
+			// disarmed. The writes refused are STORE_FULL, with no effect.
+			start := time.Now()
+			if err := f.cluster.RaiseNoSpace(hctx, leader); err != nil {
+				cancel()
+				return err
+			}
+			pause(ctx, f.r, time.Second, 2500*time.Millisecond)
+			if err := f.cluster.DisarmNoSpace(hctx); err != nil {
+				cancel()
+				return err
+			}
+			f.note("nospace", "NOSPACE alarm raised on %s, disarmed after %v", leader.Name, time.Since(start).Round(time.Millisecond))
 		case "partition":
 			m := f.cluster.Members[f.r.IntN(len(f.cluster.Members))]
 			role := "follower"
@@ -430,6 +445,9 @@ func faultCampaign(t *testing.T, cluster *harness.Cluster, prefix string, object
 	t.Logf("history: %d operations:%s", len(ops), lincheck.Summary(ops))
 	t.Logf("%v of workload; faults applied: %d (%s); unknown outcomes resolved with Retry: %d",
 		workload.Round(time.Millisecond), len(faults.applied), sortedCounts(faults.kinds), c.retries.Load())
+	if faults.kinds["nospace"] > 0 && !strings.Contains(lincheck.Summary(ops), "STORE_FULL") {
+		t.Errorf("etcd's NOSPACE alarm was raised %d times, and no write was refused with STORE_FULL", faults.kinds["nospace"])
+	}
 	if !faults.covered() {
 		t.Errorf("the campaign of %v applied %d faults (%s); want every kind of fault (%s) at least once",
 			workload.Round(time.Millisecond), len(faults.applied), sortedCounts(faults.kinds), strings.Join(faultKinds, ", "))

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/pkg/v3/proxy"
 	"go.uber.org/zap"
@@ -601,4 +602,59 @@ func (c *Cluster) read(ctx context.Context, m *Member) error {
 	defer cancel()
 	_, err = cli.Get(ctx, "cairn-harness-health")
 	return err
+}
+
+// RaiseNoSpace raises etcd's NOSPACE alarm on member m, as etcd does when a
+// member's database reaches its quota: from then on the cluster refuses
+// every request that puts a key, until DisarmNoSpace.
+func (c *Cluster) RaiseNoSpace(ctx context.Context, m *Member) error {
+	var id uint64
+	for _, st := range c.Statuses(ctx) {
+		if st.Member == m && st.Err == nil {
+			id = st.ID
+		}
+	}
+	if id == 0 {
+		return fmt.Errorf("harness: no status of %s to raise its alarm", m.Name)
+	}
+	cli, err := c.Client(m.ClientURL)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	_, err = etcdserverpb.NewMaintenanceClient(cli.ActiveConnection()).Alarm(ctx, &etcdserverpb.AlarmRequest{
+		Action: etcdserverpb.AlarmRequest_ACTIVATE, MemberID: id, Alarm: etcdserverpb.AlarmType_NOSPACE})
+	if err != nil {
+		return fmt.Errorf("harness: raise NOSPACE on %s: %w", m.Name, err)
+	}
+	return nil
+}
+
+// DisarmNoSpace disarms every NOSPACE alarm of the cluster.
+func (c *Cluster) DisarmNoSpace(ctx context.Context) error {
+	cli, err := c.Client(c.Endpoints()...)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	for {
+		alarms, err := cli.AlarmList(ctx)
+		if err != nil {
+			return fmt.Errorf("harness: list alarms: %w", err)
+		}
+		var raised []*etcdserverpb.AlarmMember
+		for _, a := range alarms.Alarms {
+			if a.Alarm == etcdserverpb.AlarmType_NOSPACE {
+				raised = append(raised, a)
+			}
+		}
+		if len(raised) == 0 {
+			return nil
+		}
+		for _, a := range raised {
+			if _, err := cli.AlarmDisarm(ctx, (*clientv3.AlarmMember)(a)); err != nil {
+				return fmt.Errorf("harness: disarm NOSPACE of %x: %w", a.MemberID, err)
+			}
+		}
+	}
 }

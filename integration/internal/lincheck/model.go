@@ -85,6 +85,10 @@ const (
 	CodeParentMismatch = "SANDBOX_SNAPSHOT_PARENT_MISMATCH"
 	CodeNotHead        = "SANDBOX_SNAPSHOT_NOT_HEAD"
 	CodeNotEmpty       = "SANDBOX_SNAPSHOT_FORK_DESTINATION_NOT_EMPTY"
+	// CodeStoreFull is etcd's NOSPACE refusal: the write did not happen
+	// (a store reads back a write that etcd applied before it refused, and
+	// reports it as done).
+	CodeStoreFull = "SANDBOX_SNAPSHOT_STORE_FULL"
 )
 
 // Input is an operation's call.
@@ -284,7 +288,7 @@ func outcome(s State, out Output, ok bool, apply func(State) State, errOK func(c
 			return []any{apply(s)}
 		}
 		return nil
-	case errOK(out.Err):
+	case out.Err == CodeStoreFull || errOK(out.Err):
 		return []any{s}
 	}
 	return nil
@@ -315,6 +319,8 @@ func step(s State, in Input, out Output, d float64) []any {
 				return []any{s}
 			}
 			return nil
+		case out.Err == CodeStoreFull:
+			return []any{s}
 		}
 		return nil
 
@@ -340,6 +346,8 @@ func step(s State, in Input, out Output, d float64) []any {
 			if s.canLose(in) {
 				return []any{s}
 			}
+		case out.Err == CodeStoreFull:
+			return []any{s}
 		}
 		return nil
 

@@ -93,6 +93,15 @@ func TestIllegalHistories(t *testing.T) {
 			op(0, 4, 5, appendIn(5, "a", 1000, "t.c2", "t.c1"), Output{}),
 			op(0, 6, 7, Input{Kind: Prune, Thread: "t", Token: "a", Fence: 5, Now0: 1000, Now1: 1000, Keep: 1}, Output{Removed: "t.c2"}),
 		},
+		"an append refused for space took effect": {
+			op(0, 4, 5, appendIn(5, "a", 1000, "t.c2", "t.c1"), Output{Err: CodeStoreFull}),
+			op(1, 6, 7, Input{Kind: GetHead, Thread: "t"}, Output{Head: "t.c2"}),
+		},
+		"an acquire refused for space took the lease": {
+			op(0, 4, 5, w(Release, 5, "a", 1000), Output{}),
+			op(1, 6, 7, acq(2000), Output{Err: CodeStoreFull}),
+			op(2, 8, 9, acq(2000), Output{Err: CodeWriterConflict}),
+		},
 		"conflict without a writer": {
 			op(0, 4, 5, w(Release, 5, "a", 1000), Output{}),
 			op(1, 6, 7, acq(1000), Output{Err: CodeWriterConflict}),
@@ -105,6 +114,22 @@ func TestIllegalHistories(t *testing.T) {
 				t.Fatalf("illegal history judged %v", res)
 			}
 		})
+	}
+}
+
+// TestStoreFull: a write refused for space changed nothing, whatever kind.
+func TestStoreFull(t *testing.T) {
+	ops := []porcupine.Operation{
+		op(0, 0, 1, acq(1000), Output{Token: "a", Fence: 5, Exp: 1000 + lease}),
+		op(0, 2, 3, appendIn(5, "a", 1000, "t.c1", ""), Output{}),
+		op(0, 4, 5, appendIn(5, "a", 1000, "t.c2", "t.c1"), Output{Err: CodeStoreFull}),
+		op(0, 6, 7, w(Renew, 5, "a", 1000), Output{Err: CodeStoreFull}),
+		op(0, 8, 9, Input{Kind: DeleteHead, Thread: "t", Token: "a", Fence: 5, Now0: 1000, Now1: 1000, ID: "t.c1"}, Output{Err: CodeStoreFull}),
+		op(1, 10, 11, acq(1000), Output{Err: CodeStoreFull}),
+		op(1, 12, 13, Input{Kind: GetHead, Thread: "t"}, Output{Head: "t.c1"}),
+	}
+	if res := check(t, ops); res != porcupine.Ok {
+		t.Fatalf("legal history judged %v", res)
 	}
 }
 
