@@ -44,7 +44,15 @@ func regionsTestBed(t *testing.T, c *harness.Cluster) {
 	hb, el := harness.RegionTimers(harness.ThreeRegions)
 	t.Logf("etcd tuned for the regions: heartbeat %v, election timeout %v, so the shortest lease TTL is %v", hb, el, harness.MinLeaseTTL(el))
 
-	// etcd probes its peers every few seconds; wait for enough samples.
+	// A proxy can only add to a delay: a shorter round trip means the
+	// delays are not where the harness says, one of twice the configured
+	// means they are applied both ways. Between the two, the ratio is
+	// printed: within ±10% on a quiet machine, more when the machine is
+	// busy (scheduling adds milliseconds to each probe).
+	off := func(r harness.PeerRTT) bool { return r.Ratio() < 0.9 || r.Ratio() > 1.8 }
+	// etcd probes its peers every few seconds; wait for enough samples, and
+	// while a mean is off, for more: a burst of load on a busy machine
+	// inflates the first few probes, and later ones dilute it.
 	var rtts []harness.PeerRTT
 	for deadline := time.Now().Add(90 * time.Second); ; {
 		var err error
@@ -52,7 +60,7 @@ func regionsTestBed(t *testing.T, c *harness.Cluster) {
 			t.Fatal(err)
 		}
 		enough := len(rtts) == 3 && !slices.ContainsFunc(rtts, func(r harness.PeerRTT) bool { return r.Samples < 2 })
-		if enough || time.Now().After(deadline) {
+		if enough && !slices.ContainsFunc(rtts, off) || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(2 * time.Second)
@@ -62,12 +70,7 @@ func regionsTestBed(t *testing.T, c *harness.Cluster) {
 	}
 	for _, r := range rtts {
 		t.Logf("peer round trip %v", r)
-		// A proxy can only add to a delay: a shorter round trip means the
-		// delays are not where the harness says, one of twice the
-		// configured means they are applied both ways. Between the two,
-		// the ratio is printed: within ±10% on a quiet machine, more when
-		// the machine is busy (scheduling adds milliseconds to each probe).
-		if r.Ratio() < 0.9 || r.Ratio() > 1.8 {
+		if off(r) {
 			t.Errorf("peer round trip %v is not the configured %v", r, r.Configured)
 		}
 	}
