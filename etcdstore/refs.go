@@ -139,7 +139,7 @@ func (s *Store) objectRefs(ctx context.Context, rev *int64, objects bool) (refs,
 	named := map[keys.Digest]int{}
 	for i, d := range distinct {
 		r := &decoded[i]
-		l := refListing{chunks: r.refDigests(), keyOrder: r.version != objRootTree}
+		l := rootListing(r)
 		for range roots[d] {
 			listings = append(listings, l)
 		}
@@ -152,14 +152,14 @@ func (s *Store) objectRefs(ctx context.Context, rev *int64, objects bool) (refs,
 		if objects {
 			n := roots[d] + transcripts[d]
 			named[d] += n
-			if roots[d] > 0 {
-				for _, o := range r.allDigests() {
-					named[o] += roots[d]
-				}
-			}
-			if transcripts[d] > 0 {
-				for _, o := range partDigests(r.conv) {
-					named[o] += transcripts[d]
+			for _, sh := range []struct {
+				shard byte
+				n     int
+			}{{keys.RootShard, roots[d]}, {keys.TranscriptShard, transcripts[d]}} {
+				if sh.n > 0 {
+					for _, o := range namedObjects(r, sh.shard) {
+						named[o] += sh.n
+					}
 				}
 			}
 		}
@@ -189,6 +189,23 @@ func (s *Store) objectRefs(ctx context.Context, rev *int64, objects bool) (refs,
 		}
 	}
 	return refs, objs, nil
+}
+
+// rootListing returns the reference chunks a checkpoint whose root is r
+// lists. The walk and the sweeper's mirror (mirror.go) both learn what a root
+// references through rootListing and namedObjects, and nothing else.
+func rootListing(r *objRoot) refListing {
+	return refListing{chunks: r.refDigests(), keyOrder: r.version != objRootTree}
+}
+
+// namedObjects returns the objects, other than r itself, that a reference
+// record of shard (keys.RootShard: a checkpoint's body; keys.TranscriptShard:
+// a thread's transcript) keeps by naming root r.
+func namedObjects(r *objRoot, shard byte) []keys.Digest {
+	if shard == keys.TranscriptShard {
+		return partDigests(r.conv)
+	}
+	return r.allDigests()
 }
 
 // walkBlobShards walks the reference records of version-1 checkpoints,
