@@ -24,22 +24,35 @@ import (
 // read); Verify reports them. If R is compacted before the read ends, it
 // returns an error wrapping rpctypes.ErrCompacted.
 func (s *Store) ReadBlobGC(ctx context.Context, fn func(cairn.BlobReference) error) (cairn.BlobGCView, error) {
+	var rev int64
+	view, err := s.readGCState(ctx, &rev)
+	if err != nil {
+		return view, err
+	}
+	if err := s.walkRefs(ctx, rev, true, fn); err != nil {
+		return cairn.BlobGCView{}, err
+	}
+	return view, nil
+}
+
+// readGCState reads the live claims and the GC records at one revision,
+// pinning *rev at that of its first read.
+func (s *Store) readGCState(ctx context.Context, rev *int64) (cairn.BlobGCView, error) {
 	if err := ctx.Err(); err != nil {
 		return cairn.BlobGCView{}, err
 	}
-	var rev int64
 	var claimKVs []*mvccpb.KeyValue
-	if err := s.scanAt(ctx, &rev, s.layout.Claims(), func(kv *mvccpb.KeyValue) error {
+	if err := s.scanAt(ctx, rev, s.layout.Claims(), func(kv *mvccpb.KeyValue) error {
 		if _, err := s.layout.DecodeClaim(kv.Key); err != nil {
 			return corrupt("claim key", kv.Key, err)
 		}
 		claimKVs = append(claimKVs, kv)
 		return nil
 	}); err != nil {
-		return cairn.BlobGCView{}, fmt.Errorf("etcdstore: read claims at revision %d: %w", rev, err)
+		return cairn.BlobGCView{}, fmt.Errorf("etcdstore: read claims at revision %d: %w", *rev, err)
 	}
 	var view cairn.BlobGCView
-	if err := s.scanAt(ctx, &rev, s.layout.GCRecords(), func(kv *mvccpb.KeyValue) error {
+	if err := s.scanAt(ctx, rev, s.layout.GCRecords(), func(kv *mvccpb.KeyValue) error {
 		rec, err := s.parseGC(kv)
 		if err != nil {
 			return err
@@ -47,11 +60,11 @@ func (s *Store) ReadBlobGC(ctx context.Context, fn func(cairn.BlobReference) err
 		view.Records = append(view.Records, rec)
 		return nil
 	}); err != nil {
-		return cairn.BlobGCView{}, fmt.Errorf("etcdstore: read GC records at revision %d: %w", rev, err)
+		return cairn.BlobGCView{}, fmt.Errorf("etcdstore: read GC records at revision %d: %w", *rev, err)
 	}
-	lv, err := s.classify(ctx, rev, claimKVs)
+	lv, err := s.classify(ctx, *rev, claimKVs)
 	if err != nil {
-		return cairn.BlobGCView{}, fmt.Errorf("etcdstore: read claimants at revision %d: %w", rev, err)
+		return cairn.BlobGCView{}, fmt.Errorf("etcdstore: read claimants at revision %d: %w", *rev, err)
 	}
 	// Claim keys sort by blob, and blobs sort like their keys.
 	for _, kv := range claimKVs {
@@ -60,9 +73,6 @@ func (s *Store) ReadBlobGC(ctx context.Context, fn func(cairn.BlobReference) err
 		if lv.live[k] && (len(view.Claimed) == 0 || view.Claimed[len(view.Claimed)-1] != k) {
 			view.Claimed = append(view.Claimed, k)
 		}
-	}
-	if err := s.walkRefs(ctx, rev, true, fn); err != nil {
-		return cairn.BlobGCView{}, err
 	}
 	return view, nil
 }
@@ -368,4 +378,50 @@ func (s *Store) moveBatch(ctx context.Context, batch []cairn.GCRecord, m recordM
 		items = keep
 	}
 	return sortedRecords(out), nil
+}
+
+// Mirrored is a store whose online sweep reads the references from a Mirror
+// instead of walking them (docs/design.md, "The incremental sweep"). Every
+// method but ReadBlobGC is the Store's.
+type Mirrored struct {
+	*Store
+	m *Mirror
+}
+
+// WithMirror returns s with its ReadBlobGC answered from m, a mirror of s
+// (Store.OpenMirror). The caller keeps m and closes it.
+func (s *Store) WithMirror(m *Mirror) *Mirrored { return &Mirrored{Store: s, m: m} }
+
+// Mirror returns the mirror that answers ReadBlobGC.
+func (x *Mirrored) Mirror() *Mirror { return x.m }
+
+// ReadBlobGC implements cairn.BlobCollector as Store.ReadBlobGC does, but
+// for the references: it reads the claims and GC records at revision R, then
+// syncs the mirror, which brings it to a revision no older than R, and calls
+// fn for each key the mirror counts, with the walk's count. A decision on a
+// key therefore rests on references read after its GC record and its mark, as
+// the protocol requires (the safety argument is in docs/design.md). Errors:
+// Store.ReadBlobGC's for the claims and records, Mirror.Sync's, and ctx's.
+func (x *Mirrored) ReadBlobGC(ctx context.Context, fn func(cairn.BlobReference) error) (cairn.BlobGCView, error) {
+	var rev int64
+	view, err := x.readGCState(ctx, &rev)
+	if err != nil {
+		return cairn.BlobGCView{}, err
+	}
+	var at int64
+	if x.m.broken.skipSync {
+		at = rev
+	} else {
+		at, err = x.m.Sync(ctx)
+	}
+	if err != nil {
+		return cairn.BlobGCView{}, err
+	}
+	if at < rev {
+		return cairn.BlobGCView{}, fmt.Errorf("%w: synced to revision %d, older than the GC state's %d", ErrMirror, at, rev)
+	}
+	if err := x.m.Live(fn); err != nil {
+		return cairn.BlobGCView{}, err
+	}
+	return view, nil
 }

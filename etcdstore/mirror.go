@@ -96,6 +96,7 @@ type mirrorFault struct {
 	dropEvent  int  // drop the n-th watch event (from 1); 0 drops none
 	trustStale bool // on a compacted watch, resume from the current revision without the range read
 	forkShort  bool // a root record naming an already-live root does not count it
+	skipSync   bool // Mirrored.ReadBlobGC decides on the mirror as it stands
 }
 
 // ErrMirror: the mirror cannot be used (its file cannot be opened or written).

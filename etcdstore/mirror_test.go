@@ -10,11 +10,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/bucket"
+	"github.com/cairnstore/cairn/sweep"
 )
 
 // mirrorBed is a store of both layouts on one prefix, some threads on it, and
@@ -493,5 +496,130 @@ func TestMirrorForeignFile(t *testing.T) {
 	}
 	if b.m.Stats().Rebuilds != 1 {
 		t.Fatalf("back on its own prefix: %d rebuilds, want 1", b.m.Stats().Rebuilds)
+	}
+}
+
+// TestMirroredSweep: the online sweep on a Mirrored store plans exactly what
+// it plans on the store (dry runs), then deletes only garbage, and a sweep
+// after nothing changed reads no object.
+func TestMirroredSweep(t *testing.T) {
+	b := newMirrorBed(t, 6, mirrorFault{})
+	if err := bucket.BindStore(b.e.ctx, b.small, b.e.mem); err != nil {
+		t.Fatal(err)
+	}
+	put := func() {
+		// The bytes of every blob that any checkpoint so far named, and
+		// of every claimed key.
+		for _, th := range b.threads {
+			if th.head == nil {
+				continue
+			}
+			for _, k := range th.head.BlobKeys() {
+				b.e.mem.Put(b.e.ctx, k, []byte("b"))
+			}
+		}
+	}
+	for range 60 {
+		b.step()
+		put()
+	}
+	time.Sleep(2 * time.Millisecond) // every upload strictly older than the sweep's now
+	mirrored := b.small.WithMirror(b.m)
+	plan := func(refs sweep.References) []string {
+		t.Helper()
+		rep, err := sweep.Sweep(b.e.ctx, refs, b.e.mem, sweep.Options{DryRun: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep.Deleted
+	}
+	want := plan(b.small)
+	if got := plan(mirrored); !slices.Equal(got, want) {
+		t.Fatalf("dry run on the mirror: %d keys, on the store: %d", len(got), len(want))
+	}
+	if len(want) == 0 {
+		t.Fatal("the bed made no garbage")
+	}
+	var live []string
+	if _, err := b.small.ReadBlobGC(b.e.ctx, func(r cairn.BlobReference) error {
+		live = append(live, r.Key)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := sweep.Sweep(b.e.ctx, mirrored, b.e.mem, sweep.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(rep.Deleted, want) {
+		t.Fatalf("the sweep deleted %d keys, its dry run planned %d", len(rep.Deleted), len(want))
+	}
+	for _, k := range live {
+		if slices.Contains(rep.Deleted, k) {
+			t.Fatalf("live key %s deleted", k)
+		}
+	}
+	vrep, err := b.small.Verify(b.e.ctx, VerifyOptions{Objects: true})
+	if err != nil || !vrep.OK() {
+		t.Fatalf("Verify after the sweep: %v %v", vrep.Problems, err)
+	}
+	reads := b.m.Stats().ObjectReads
+	if _, err := sweep.Sweep(b.e.ctx, mirrored, b.e.mem, sweep.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.m.Stats().ObjectReads - reads; got != 0 {
+		t.Fatalf("a sweep with nothing changed read %d objects", got)
+	}
+}
+
+// TestMirroredSweepSyncs: a key marked as garbage and then referenced again
+// is kept, because the sweep's decision uses the mirror at a revision no
+// older than the GC record. A broken Mirrored that decides on the mirror as it
+// stands (not synced after the GC state was read) deletes the live key.
+func TestMirroredSweepSyncs(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		skipSync bool
+	}{{"synced", false}, {"broken: not synced", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newMirrorBed(t, 7, mirrorFault{skipSync: tc.skipSync})
+			if err := bucket.BindStore(b.e.ctx, b.small, b.e.mem); err != nil {
+				t.Fatal(err)
+			}
+			for range 5 {
+				b.step()
+			}
+			k := objTestFileKey("garbage, then used again")
+			b.e.mem.Put(b.e.ctx, k, []byte("b"))
+			now := time.Now()
+			opts := sweep.Options{OlderThan: time.Hour, Now: func() time.Time { return now }}
+			mirrored := b.small.WithMirror(b.m)
+			if _, err := b.m.Sync(b.e.ctx); err != nil {
+				t.Fatal(err)
+			}
+			if rep, err := sweep.Sweep(b.e.ctx, mirrored, b.e.mem, opts); err != nil || rep.Marked == 0 {
+				t.Fatalf("first sweep: marked %d, %v", rep.Marked, err)
+			}
+			// A new checkpoint names the key again.
+			name := b.fresh("t")
+			th := b.thread(b.small, name)
+			c := b.checkpoint(name, th)
+			c.Files[0].BlobKey = k
+			if _, err := b.small.Append(b.e.ctx, cairn.AppendInput{Checkpoint: c, Writer: th.w}); err != nil {
+				t.Fatal(err)
+			}
+			now = now.Add(3 * time.Hour)
+			rep, err := sweep.Sweep(b.e.ctx, mirrored, b.e.mem, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			deleted := slices.Contains(rep.Deleted, k)
+			if deleted != tc.skipSync {
+				t.Fatalf("the referenced key deleted: %v", deleted)
+			}
+			if deleted {
+				t.Logf("the broken variant deleted the live key %s", k)
+			}
+		})
 	}
 }
