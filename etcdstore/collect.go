@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -424,4 +425,61 @@ func (x *Mirrored) ReadBlobGC(ctx context.Context, fn func(cairn.BlobReference) 
 		return cairn.BlobGCView{}, err
 	}
 	return view, nil
+}
+
+// ErrMirrorMismatch: the mirror's keys or counts differ from a full walk's
+// at the same revision. The mirror must not be trusted: Check discards it,
+// and the next Sync rebuilds it.
+var ErrMirrorMismatch = errors.New("etcdstore: the mirror differs from the full walk")
+
+// Check is the full run's comparison: it syncs the mirror, walks every
+// reference at the revision the mirror reached (reading every root and
+// reference chunk from the bucket, as the walk does), and compares keys and
+// counts. On a difference it discards the mirror (the next Sync rebuilds it)
+// and returns an error matching ErrMirrorMismatch that names the first
+// differing keys. Errors: also Sync's and the walk's (one matching
+// rpctypes.ErrCompacted when that revision was compacted meanwhile).
+func (x *Mirrored) Check(ctx context.Context) error {
+	at, err := x.m.Sync(ctx)
+	if err != nil {
+		return err
+	}
+	var walk []cairn.BlobReference
+	if err := x.walkRefs(ctx, at, true, func(r cairn.BlobReference) error {
+		walk = append(walk, r)
+		return nil
+	}); err != nil {
+		return err
+	}
+	i, n, first := 0, 0, ""
+	note := func(k string) {
+		if n == 0 {
+			first = k
+		}
+		n++
+	}
+	_ = x.m.Live(func(r cairn.BlobReference) error {
+		for ; i < len(walk) && walk[i].Key < r.Key; i++ {
+			note(walk[i].Key)
+		}
+		if i < len(walk) && walk[i].Key == r.Key {
+			if walk[i].References != r.References {
+				note(r.Key)
+			}
+			i++
+			return nil
+		}
+		note(r.Key)
+		return nil
+	})
+	for ; i < len(walk); i++ {
+		note(walk[i].Key)
+	}
+	if n == 0 {
+		return nil
+	}
+	if err := x.m.Discard(); err != nil {
+		return errors.Join(fmt.Errorf("%w at revision %d: %d keys differ, the first %s", ErrMirrorMismatch, at, n, first), err)
+	}
+	return fmt.Errorf("%w at revision %d: %d keys differ, the first %s; the mirror is discarded", ErrMirrorMismatch, at, n, first)
 }

@@ -188,6 +188,21 @@ func (m *Mirror) Stats() MirrorStats { return m.stats }
 // Records returns the number of reference records the mirror holds.
 func (m *Mirror) Records() int { return len(m.recs) }
 
+// Discard empties the mirror and its file: the next Sync rebuilds it.
+// Errors: the file could not be written (ErrMirror).
+func (m *Mirror) Discard() error {
+	for k := range m.recs {
+		m.dirtyRecs[k] = true
+	}
+	for k := range m.kids {
+		m.dirtyKids[k] = true
+	}
+	dr, dk := m.dirtyRecs, m.dirtyKids
+	m.reset()
+	m.dirtyRecs, m.dirtyKids = dr, dk
+	return m.persist()
+}
+
 func (m *Mirror) reset() {
 	m.rev, m.cluster, m.sum = 0, 0, 0
 	m.recs = map[string][]byte{}

@@ -281,55 +281,10 @@ func (b *mirrorBed) corrupt(how int) {
 	b.open()
 }
 
-// check syncs the mirror and compares its live set with the full walk's.
+// check syncs the mirror and compares its keys and counts with the full
+// walk's at the same revision: the full run's comparison (Mirrored.Check).
 func (b *mirrorBed) check() error {
-	ctx := b.e.ctx
-	if _, err := b.m.Sync(ctx); err != nil {
-		return fmt.Errorf("sync: %w", err)
-	}
-	// Keys with their counts: the mirror's counts are the walk's.
-	var walk, live []string
-	if _, err := b.small.ReadBlobGC(ctx, func(r cairn.BlobReference) error {
-		walk = append(walk, fmt.Sprintf("%s×%d", r.Key, r.References))
-		return nil
-	}); err != nil {
-		return err
-	}
-	_ = b.m.Live(func(r cairn.BlobReference) error {
-		live = append(live, fmt.Sprintf("%s×%d", r.Key, r.References))
-		return nil
-	})
-	if !slices.Equal(walk, live) {
-		missing, extra := diffSorted(walk, live)
-		return fmt.Errorf("the mirror at revision %d differs from the walk: %d live keys missing (first %v), %d extra (first %v)",
-			b.m.Revision(), len(missing), head(missing), len(extra), head(extra))
-	}
-	return nil
-}
-
-func head(s []string) string {
-	if len(s) == 0 {
-		return "none"
-	}
-	return s[0]
-}
-
-func diffSorted(a, b []string) (onlyA, onlyB []string) {
-	i, j := 0, 0
-	for i < len(a) || j < len(b) {
-		switch {
-		case j == len(b) || i < len(a) && a[i] < b[j]:
-			onlyA = append(onlyA, a[i])
-			i++
-		case i == len(a) || b[j] < a[i]:
-			onlyB = append(onlyB, b[j])
-			j++
-		default:
-			i++
-			j++
-		}
-	}
-	return onlyA, onlyB
+	return b.small.WithMirror(b.m).Check(b.e.ctx)
 }
 
 // runDifferential does steps random operations, checking the mirror against
