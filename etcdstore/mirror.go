@@ -14,6 +14,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -136,7 +137,7 @@ func (s *Store) OpenMirror(ctx context.Context, path string) (*Mirror, error) {
 		return m, nil
 	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: mirrorLockWait})
-	if err != nil && !errors.Is(err, bolt.ErrTimeout) {
+	if err != nil && !errors.Is(err, bolterrors.ErrTimeout) {
 		// Not a bbolt file, or a damaged one: it can only be rebuilt.
 		m.s.log.Warn("etcdstore: mirror file unreadable; removing it, the next sync rebuilds it", "path", path, "err", err)
 		if rerr := os.Remove(path); rerr != nil {
