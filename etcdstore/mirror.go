@@ -58,6 +58,9 @@ type Mirror struct {
 	// kids are the children of the live nodes (see nodeID).
 	kids   map[string][]string
 	counts map[string]int
+	// names interns the keys and node ids of kids and edges, so that a key
+	// that many nodes name is held once.
+	names map[string]string
 	// sum is the XOR of recHash over recs, persisted so that a truncated file
 	// is found.
 	sum uint64
@@ -209,6 +212,7 @@ func (m *Mirror) reset() {
 	m.recs = map[string][]byte{}
 	m.kids = map[string][]string{}
 	m.counts = map[string]int{}
+	m.names = map[string]string{}
 	m.dirtyRecs = map[string]bool{}
 	m.dirtyKids = map[string]bool{}
 	m.zeroed = map[string]bool{}
@@ -249,6 +253,15 @@ func (m *Mirror) Zeroed() []string {
 	return out
 }
 
+// name returns the interned copy of k.
+func (m *Mirror) name(k string) string {
+	if v, ok := m.names[k]; ok {
+		return v
+	}
+	m.names[k] = k
+	return k
+}
+
 // Node ids: a byte 0, the role, the digest. Bucket keys never start with 0.
 const (
 	nodeRoot       = 'R' // a checkpoint's root: the root, its objects, its reference chunks
@@ -282,7 +295,7 @@ func (m *Mirror) edges(key string, v []byte) ([]string, error) {
 		}
 		out := make([]string, 0, len(val)/keys.DigestLen)
 		for i := 0; i < len(val); i += keys.DigestLen {
-			out = append(out, keys.BlobKey(shard, keys.Digest(val[i:i+keys.DigestLen])))
+			out = append(out, m.name(keys.BlobKey(shard, keys.Digest(val[i:i+keys.DigestLen]))))
 		}
 		return out, nil
 	case shard == keys.RootShard || shard == keys.TranscriptShard:
@@ -293,7 +306,7 @@ func (m *Mirror) edges(key string, v []byte) ([]string, error) {
 		if shard == keys.TranscriptShard {
 			role = nodeTranscript
 		}
-		return []string{nodeID(role, keys.Digest(val))}, nil
+		return []string{m.name(nodeID(role, keys.Digest(val)))}, nil
 	}
 	return nil, nil // a shard the walk does not read
 }
@@ -419,6 +432,7 @@ func (m *Mirror) apply(ctx context.Context, ch change) error {
 			continue
 		}
 		delete(m.counts, k)
+		delete(m.names, k)
 		if isNode(k) {
 			delete(m.kids, k)
 			m.dirtyKids[k] = true
@@ -458,6 +472,9 @@ func (m *Mirror) add(ctx context.Context, ks []string) error {
 			return fmt.Errorf("etcdstore: mirror: read the objects of new roots: %w", err)
 		}
 		for i, k := range fresh {
+			for j, c := range got[i] {
+				got[i][j] = m.name(c)
+			}
 			m.kids[k] = got[i]
 			m.dirtyKids[k] = true
 		}
@@ -801,7 +818,10 @@ func (m *Mirror) load() string {
 				if !ok || !isNode(string(k)) || len(k) != 2+keys.DigestLen {
 					return errors.New("node checksum")
 				}
-				m.kids[string(k)] = ks
+				for j, c := range ks {
+					ks[j] = m.name(c)
+				}
+				m.kids[m.name(string(k))] = ks
 				return nil
 			}); err != nil {
 				why = err.Error()
