@@ -11,12 +11,14 @@ BUF_VERSION := v1.75.0
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_CONNECT_GO_VERSION := v1.21.1
 PROTO_TOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-connect-go
+# The accessibility checker the console's browser tests inject (npm axe-core).
+AXE_CORE_VERSION := 4.14.1
 # The linter make lint runs beside go vet.
 STATICCHECK_VERSION := v0.8.2
 
 FUZZTIME ?= 10s
 
-.PHONY: all test unit lint docs docs-check release fuzz tools proto proto-check debian-etcd integration campaign cluster demo bench clean ts ts-bench test-contended
+.PHONY: all test unit lint docs docs-check release fuzz tools proto proto-check debian-etcd integration campaign cluster demo bench bench-regions clean ts ts-bench test-contended
 
 # testsum counts the events of go test -json: every test target ends with one
 # line, N passed, N failed (, N skipped), and shows the whole output of what
@@ -110,7 +112,13 @@ $(BIN)/protoc-gen-connect-go:
 
 ## tools: build the pinned tool binaries the tests start into ./bin, and
 ## install Debian's etcd 3.4 for the compatibility test.
-tools: $(BIN)/versitygw debian-etcd
+tools: $(BIN)/versitygw debian-etcd $(BIN)/axe.min.js
+
+# axe-core's browser build, which the console's browser tests inject into
+# each page (internal/console, TestBrowser).
+$(BIN)/axe.min.js:
+	@mkdir -p $(BIN)/axe-tmp && cd $(BIN)/axe-tmp && npm pack --silent axe-core@$(AXE_CORE_VERSION) >/dev/null && \
+	  tar -xzf axe-core-$(AXE_CORE_VERSION).tgz package/axe.min.js && mv package/axe.min.js $@ && cd .. && rm -rf axe-tmp
 
 # progress.sh says what a long go step fetches and builds, at least every
 # ten seconds (see the script).
@@ -226,6 +234,18 @@ bench: $(BIN)/versitygw
 	$(GO) build -o $(BIN)/cairn-bench ./cmd/cairn-bench
 	$(BIN)/cairn-bench -v -versitygw $(BIN)/versitygw $(if $(QUICK),-quick) $(BENCHFLAGS)
 	$(MAKE) ts-bench
+	$(MAKE) bench-regions
+
+## bench-regions: rows B12 to B15 (what each operation costs from each region)
+## on the three-region test bed: TestRegions/Costs with SAMPLES samples a
+## figure (the unit tests run it with 7); CONFORMANCE=1 then runs the
+## contract's suites with local reads on a test bed of a tenth of the delays
+## (TestRegionsConformance, several minutes).
+SAMPLES ?= 31
+bench-regions:
+	$(GO) test -count=1 -timeout 30m -run 'TestRegions/(TestBed|Costs)$$' -v ./integration/ -args -regions.samples=$(SAMPLES) | \
+	  grep -E '^\s+(regions_costs_test|regions_test).go|B1[2-5] |^(---|ok|FAIL|PASS)'
+	$(if $(CONFORMANCE),$(GO) test -count=1 -timeout 60m -run 'TestRegionsConformance' ./integration/ -args -regions.conformance)
 
 ## ts-bench: B10 with its TypeScript row: the Go client's and the TypeScript
 ## client's append p50 (200 entries) through cairnd, side by side.

@@ -8,9 +8,10 @@ import (
 // Code is the upstream error code carried by every checkpoint error.
 type Code string
 
-// The codes of the upstream contract. Stores return all but the last two;
-// CodeCheckpointNotFound and CodeAtomicForkRequired exist for callers that
-// need to speak the same vocabulary.
+// The codes of the upstream contract. Stores return all but
+// CodeCheckpointNotFound and CodeAtomicForkRequired, which exist for callers
+// that need to speak the same vocabulary. CodeStoreFull is cairn's own, not
+// the upstream contract's: see ErrStoreFull.
 const (
 	CodeStaleHead                Code = "SANDBOX_SNAPSHOT_STALE_HEAD"
 	CodeParentMismatch           Code = "SANDBOX_SNAPSHOT_PARENT_MISMATCH"
@@ -25,6 +26,7 @@ const (
 	CodeForkDestinationNotEmpty  Code = "SANDBOX_SNAPSHOT_FORK_DESTINATION_NOT_EMPTY"
 	CodeCheckpointNotFound       Code = "SANDBOX_SNAPSHOT_CHECKPOINT_NOT_FOUND"
 	CodeAtomicForkRequired       Code = "SANDBOX_SNAPSHOT_ATOMIC_FORK_REQUIRED"
+	CodeStoreFull                Code = "SANDBOX_SNAPSHOT_STORE_FULL"
 )
 
 // Error is the error type of every contract failure. Code says which rule
@@ -78,6 +80,13 @@ var (
 	ErrForkDestinationNotEmpty  = &Error{Code: CodeForkDestinationNotEmpty}
 	ErrCheckpointNotFound       = &Error{Code: CodeCheckpointNotFound}
 	ErrAtomicForkRequired       = &Error{Code: CodeAtomicForkRequired}
+	// ErrStoreFull is the code of a write the store refused because its
+	// backend is out of space (etcd's NOSPACE alarm is raised, or the write
+	// would cross etcd's space quota). It is a definite answer: nothing of
+	// the write was applied, and retrying does not help until an operator
+	// frees space (see docs/operations.md). Reads still work; so do the
+	// deletes that free space (etcdstore's prune under the alarm).
+	ErrStoreFull = &Error{Code: CodeStoreFull}
 )
 
 // ErrUnsupported is returned by helpers such as KeepNewest when the store

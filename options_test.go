@@ -73,6 +73,7 @@ func TestErrors(t *testing.T) {
 		cairn.ErrStaleHead, cairn.ErrParentMismatch, cairn.ErrDuplicateID, cairn.ErrNotHead, cairn.ErrWriterConflict,
 		cairn.ErrWriterLost, cairn.ErrInvalidID, cairn.ErrInvalidEntry, cairn.ErrForkSourceNotFound,
 		cairn.ErrForkSourceThreadMismatch, cairn.ErrForkDestinationNotEmpty, cairn.ErrCheckpointNotFound, cairn.ErrAtomicForkRequired,
+		cairn.ErrStoreFull,
 	}
 	for i, s := range sentinels {
 		err := cairn.NewError(s.Code, "thread %q", "t")

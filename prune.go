@@ -2,6 +2,7 @@ package cairn
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -14,16 +15,25 @@ const releaseTimeout = 10 * time.Second
 // acquires the thread's writer lease, prunes with DeleteCheckpoints and
 // releases the lease, also when pruning fails.
 //
+// When the store is full (the lease or the prune fails with ErrStoreFull) and
+// store is an AlarmPruner, it prunes with AlarmPruner.KeepNewestUnderAlarm
+// instead, which frees space with deletes only.
+//
 // It returns ErrUnsupported when store is not a Pruner, ErrWriterConflict when
-// another writer holds the thread, and the errors of DeleteCheckpoints.
+// another writer holds the thread, and the errors of DeleteCheckpoints (and of
+// KeepNewestUnderAlarm).
 func KeepNewest(ctx context.Context, store Store, threadID string, keep int) ([]string, error) {
 	p, ok := store.(Pruner)
 	if !ok {
 		return nil, fmt.Errorf("keep newest of thread %q: %w", threadID, ErrUnsupported)
 	}
-	return WithWriter(ctx, store, threadID, func(w Writer) ([]string, error) {
+	ids, err := WithWriter(ctx, store, threadID, func(w Writer) ([]string, error) {
 		return p.DeleteCheckpoints(ctx, DeleteCheckpointsInput{ThreadID: threadID, Keep: float64(keep), Writer: w})
 	})
+	if ap, ok := store.(AlarmPruner); ok && errors.Is(err, ErrStoreFull) {
+		return ap.KeepNewestUnderAlarm(ctx, threadID, keep)
+	}
+	return ids, err
 }
 
 // DeleteThread removes the whole thread under its writer lease: it acquires

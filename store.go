@@ -61,6 +61,17 @@ type Store interface {
 	ListBlobReferences(ctx context.Context) ([]BlobReference, error)
 }
 
+// AlarmPruner is the optional capability to keep the newest checkpoints of
+// a thread with deletes only, for a store whose backend refuses every write
+// that adds data (ErrStoreFull) but still serves reads and deletes. It needs
+// no writer lease, which cannot be taken then. KeepNewest and the sweeper's
+// prune use it when the lease or the prune is refused with ErrStoreFull. It
+// returns the removed ids, oldest first, and ErrInvalidID or ErrInvalidEntry
+// (keep < 1) for bad input.
+type AlarmPruner interface {
+	KeepNewestUnderAlarm(ctx context.Context, threadID string, keep int) ([]string, error)
+}
+
 // Pruner is the optional capability to remove old checkpoints of a thread.
 type Pruner interface {
 	// DeleteCheckpoints keeps the thread's head and the Keep-1 checkpoints

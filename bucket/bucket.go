@@ -86,6 +86,14 @@ type Reader interface {
 	Head(ctx context.Context, key string) (Object, error)
 }
 
+// RangeReader reads part of an object: one request (an S3 GET with a Range
+// header) for n bytes from offset off. It returns an error matching
+// ErrNotFound when the key does not exist, and an error when the object is
+// shorter than off+n (a range past the end is never returned short).
+type RangeReader interface {
+	GetRange(ctx context.Context, key string, off, n int64) ([]byte, error)
+}
+
 // Putter writes objects that do not exist yet.
 type Putter interface {
 	// PutIfAbsent stores data under key unless the key exists, and reports

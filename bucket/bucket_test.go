@@ -44,6 +44,7 @@ func TestBuckets(t *testing.T) {
 				}
 			})
 			t.Run("NotFound", func(t *testing.T) { testNotFound(t, tg.b, p(t)+"missing") })
+			t.Run("GetRange", func(t *testing.T) { testGetRange(t, tg.b, p(t)) })
 			t.Run("InvalidKey", func(t *testing.T) { testInvalidKey(t, tg.b) })
 			t.Run("ListPaging", func(t *testing.T) { testListPaging(t, tg.b, p(t)) })
 			t.Run("Delete", func(t *testing.T) { testDelete(t, tg.b, p(t)) })
@@ -278,5 +279,50 @@ func TestVersityGWAtScale(t *testing.T) {
 	}
 	if objs, _ := listAll(t, b, "scale/", 1000); len(objs) != 0 {
 		t.Fatalf("%d objects left after Delete", len(objs))
+	}
+}
+
+// testGetRange checks range reads: the bytes asked for, one byte, the last
+// byte; a range past the end and an empty range fail with ErrInvalidRange;
+// a missing key with ErrNotFound.
+func testGetRange(t *testing.T, b bucket.Bucket, prefix string) {
+	t.Helper()
+	rr, ok := b.(bucket.RangeReader)
+	if !ok {
+		t.Fatalf("%T has no range reads", b)
+	}
+	key := prefix + "ranged"
+	data := []byte("0123456789abcdef")
+	if _, err := b.PutIfAbsent(t.Context(), key, data); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		off, n  int64
+		want    string
+		invalid bool
+	}{
+		{"Middle", 3, 5, "34567", false},
+		{"First", 0, 1, "0", false},
+		{"Last", 15, 1, "f", false},
+		{"Whole", 0, 16, string(data), false},
+		{"PastTheEnd", 10, 7, "", true},
+		{"Empty", 2, 0, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := rr.GetRange(t.Context(), key, tc.off, tc.n)
+			if tc.invalid {
+				if !errors.Is(err, bucket.ErrInvalidRange) {
+					t.Fatalf("GetRange(%d, %d) = %q, %v; want ErrInvalidRange", tc.off, tc.n, got, err)
+				}
+				return
+			}
+			if err != nil || string(got) != tc.want {
+				t.Fatalf("GetRange(%d, %d) = %q, %v; want %q", tc.off, tc.n, got, err, tc.want)
+			}
+		})
+	}
+	if _, err := rr.GetRange(t.Context(), prefix+"missing", 0, 1); !errors.Is(err, bucket.ErrNotFound) {
+		t.Fatalf("GetRange(missing) = %v; want ErrNotFound", err)
 	}
 }

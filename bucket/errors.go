@@ -40,6 +40,9 @@ var (
 	// ErrPartialDelete: Delete deleted some keys but not others; its result
 	// lists which.
 	ErrPartialDelete = errors.New("some keys were not deleted")
+	// ErrInvalidRange: a range read asked for bytes the object does not
+	// hold (RangeReader).
+	ErrInvalidRange = errors.New("range not satisfiable")
 )
 
 // Error describes a failed bucket operation.

@@ -55,6 +55,15 @@ func (m *Memory) Get(ctx context.Context, key string) ([]byte, error) {
 	return slices.Clone(o.data), nil
 }
 
+// GetRange implements RangeReader.
+func (m *Memory) GetRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
+	b, err := m.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return sliceRange(key, b, off, n)
+}
+
 // Head implements Reader.
 func (m *Memory) Head(ctx context.Context, key string) (Object, error) {
 	if err := checkKey("HeadObject", key); err != nil {
@@ -151,4 +160,13 @@ func (m *Memory) Len() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.objects)
+}
+
+// sliceRange returns b[off:off+n], or an error matching ErrInvalidRange when
+// b does not hold those bytes.
+func sliceRange(key string, b []byte, off, n int64) ([]byte, error) {
+	if off < 0 || n < 1 || off > int64(len(b)) || n > int64(len(b))-off {
+		return nil, &Error{Op: "GetObject", Key: key, Code: "InvalidRange", Kind: ErrInvalidRange}
+	}
+	return b[off : off+n], nil
 }

@@ -179,6 +179,30 @@ func (b *S3) Get(ctx context.Context, key string) ([]byte, error) {
 	return data, nil
 }
 
+// GetRange implements RangeReader with one GetObject with a Range header.
+func (b *S3) GetRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
+	if err := checkKey("GetObject", key); err != nil {
+		return nil, err
+	}
+	if off < 0 || n < 1 {
+		return nil, &Error{Op: "GetObject", Key: key, Code: "InvalidRange", Kind: ErrInvalidRange}
+	}
+	rng := fmt.Sprintf("bytes=%d-%d", off, off+n-1)
+	out, err := b.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &b.name, Key: &key, Range: &rng})
+	if err != nil {
+		return nil, classify("GetObject", key, false, err)
+	}
+	defer out.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(out.Body, n+1))
+	if err != nil {
+		return nil, classify("GetObject", key, false, err)
+	}
+	if int64(len(data)) != n {
+		return nil, &Error{Op: "GetObject", Key: key, Code: "InvalidRange", Kind: ErrInvalidRange}
+	}
+	return data, nil
+}
+
 // Head implements Reader.
 func (b *S3) Head(ctx context.Context, key string) (Object, error) {
 	if err := checkKey("HeadObject", key); err != nil {

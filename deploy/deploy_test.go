@@ -7,9 +7,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/cairnstore/cairn/internal/embedetcd"
 	"github.com/cairnstore/cairn/internal/sidecar"
 )
 
@@ -22,6 +24,8 @@ func exported(t *testing.T) map[string]bool {
 	t.Helper()
 	m := sidecar.NewMetrics(false)
 	m.Policies("default")
+	_, client := embedetcd.ForTest(t)
+	m.WatchEtcd(client, 10*time.Second)
 	families, err := m.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +128,8 @@ func TestAlertsCoverTheIssue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"last_success_timestamp_seconds", "delete_failures_total", `result="lock_held"`, "uncovered_bindings", `result="uncovered"`} {
+	for _, want := range []string{"last_success_timestamp_seconds", "delete_failures_total", `result="lock_held"`, "uncovered_bindings", `result="uncovered"`,
+		"etcd_db_size_bytes / cairn_sweeper_etcd_db_quota_bytes) > 0.8", "etcd_nospace_alarm"} {
 		if !strings.Contains(string(data), want) {
 			t.Errorf("alerts.yml has no rule on %s", want)
 		}

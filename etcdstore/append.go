@@ -40,6 +40,7 @@ import (
 // as long as ctx allows (see the package documentation, Contention). Errors:
 // the contract's, in its order; ctx's error; *UnknownOutcomeError.
 func (s *Store) Append(ctx context.Context, in cairn.AppendInput) (_ cairn.AppendResult, err error) {
+	defer definite("append", &err)
 	bufs := bufPool.Get().(*encodeBufs)
 	if err := cairn.CheckAppendInputDigests(&in, &bufs.digests); err != nil {
 		bufs.release()
@@ -59,7 +60,7 @@ func (s *Store) Append(ctx context.Context, in cairn.AppendInput) (_ cairn.Appen
 	op := &appendOp{s: s, in: in, w: w, nonce: newNonce()}
 	objects := s.useObjects(len(w.body))
 	if objects {
-		if err := w.toObjects(&s.heads.memos); err != nil {
+		if err := w.toObjects(&s.heads.memos, s.packs); err != nil {
 			return cairn.AppendResult{}, cairn.NewError(cairn.CodeInvalidEntry, "checkpoint %q: %v", in.Checkpoint.ID, err)
 		}
 	}
@@ -75,6 +76,15 @@ func (s *Store) Append(ctx context.Context, in cairn.AppendInput) (_ cairn.Appen
 		// changed since, are inherited: the append compares the thread
 		// record, so they are referenced without a gap (see inherited).
 		var fresh []object
+		if w.split != nil {
+			// The packed form: the parts the parent has stay in its
+			// packs, which the parent references until this append
+			// commits on the same thread record (packRev).
+			locs, rev := s.heads.locs(in.Checkpoint.ThreadID, in.ExpectedHeadID)
+			if w.usePacked(w.split.pack(locs)) {
+				op.packRev = rev
+			}
+		}
 		fresh, op.inherited, op.inheritedRev = s.heads.split(in.Checkpoint.ThreadID, in.ExpectedHeadID, w.objects)
 		if err := s.putObjects(ctx, in.Writer, fresh); err != nil {
 			return cairn.AppendResult{}, err
@@ -103,6 +113,12 @@ type newCheckpoint struct {
 	// (none for a fork, which names its source's root).
 	root    *keys.Digest
 	objects []object
+	// split is the version-2 split an append of the packed form packs
+	// (nil otherwise), and locs where the parts of its packed root are.
+	split *packSplit
+	locs  map[keys.Digest]partLoc
+	// packs are the packs the packed root names, for the record's hint.
+	packs []keys.Digest
 }
 
 // metaRoom is the room before a body for the checkpoint record's header:
@@ -199,9 +215,10 @@ func (w *newCheckpoint) checkSize() error {
 
 // publishFixedOps counts the publish operations other than chunks and
 // reference records: the thread record, the checkpoint record and the index
-// record. transcriptOps reserves room for a fork's transcript.
+// record, and the read permit. transcriptOps reserves room for a fork's
+// transcript.
 const (
-	publishFixedOps = 3
+	publishFixedOps = 4
 	transcriptOps   = 8
 )
 
@@ -229,7 +246,7 @@ func (s *Store) blobs(w *newCheckpoint, thread string, seq uint64, n keys.Nonce)
 // record's value shares w's body (see recordValue).
 func (s *Store) records(w *newCheckpoint, st threadState, seq uint64, n keys.Nonce) []*etcdserverpb.RequestOp {
 	c := w.c
-	rec := st.nextRecord(w, seq, n)
+	rec := st.nextRecord(w, seq, n, s.localReads)
 	meta := ckptMeta{
 		Seq: seq, Nonce: rec.Op, Shards: w.mask, Chunks: w.chunks(), Size: len(w.body),
 	}
@@ -238,6 +255,9 @@ func (s *Store) records(w *newCheckpoint, st threadState, seq uint64, n keys.Non
 	}
 	if w.root != nil {
 		meta.Layout, meta.Root = layoutObjects, hex.EncodeToString(w.root[:])
+		for _, d := range w.packs {
+			meta.Packs += hex.EncodeToString(d[:])
+		}
 	}
 	if c.ParentCheckpointID != "" {
 		meta.ParentID, meta.ParentSeq, meta.ParentCreatedAt = c.ParentCheckpointID, st.rec.HeadSeq, st.rec.HeadCreatedAt
@@ -246,16 +266,26 @@ func (s *Store) records(w *newCheckpoint, st threadState, seq uint64, n keys.Non
 	tv := rec.appendJSON(make([]byte, 0, 160+len(rec.Head)))
 	idx := idxRec{Thread: c.ThreadID, CreatedAt: keyFloat(c.CreatedAt), Seq: seq, Nonce: rec.Op}
 	iv := idx.appendJSON(make([]byte, 0, 100+len(idx.Thread)))
-	return []*etcdserverpb.RequestOp{
+	ops := []*etcdserverpb.RequestOp{
 		putReqBytes(s.layout.Thread(c.ThreadID), tv),
 		putReqBytes(s.layout.Checkpoint(c.ThreadID, c.CreatedAt, c.ID), value),
 		putReqBytes(s.layout.Index(c.ID), iv),
 	}
+	if rec.LocalReads {
+		// The permit goes with the thread record: a deletion between its
+		// withdrawal and its commit compares the thread record, so a write
+		// that puts the permit back makes it start over.
+		ops = append(ops, putReqBytes(s.layout.ReadPermit(c.ThreadID), permitValue))
+	}
+	return ops
 }
 
-func (st threadState) nextRecord(w *newCheckpoint, seq uint64, n keys.Nonce) threadRec {
+// nextRecord is the thread record that publishes w at seq; local is
+// Options.LocalReads, which marks the thread as one with read permits.
+func (st threadState) nextRecord(w *newCheckpoint, seq uint64, n keys.Nonce, local bool) threadRec {
 	rec := st.rec
 	rec.Head, rec.HeadSeq, rec.HeadCreatedAt, rec.LastSeq, rec.Op = w.c.ID, seq, keyFloat(w.c.CreatedAt), seq, n.String()
+	rec.LocalReads = rec.LocalReads || local
 	return rec
 }
 
@@ -301,6 +331,10 @@ type appendOp struct {
 	// them first.
 	inherited    []object
 	inheritedRev int64
+	// packRev, when not 0, is the thread record revision on which the
+	// packed root of w names packs of the parent's: a transaction on any
+	// other state packs every part anew, and claims and puts that first.
+	packRev int64
 
 	// claims are the claim keys of the writer lease when the append began;
 	// a successful append ends them. claimsInTxn says the transaction that
@@ -388,7 +422,7 @@ func (op *appendOp) run(ctx context.Context, pending error, pendingRev int64) (e
 	defer func() { op.endClaims(ctx, err) }()
 	a := &attempts{s: s, op: "append", nonce: op.nonce, thread: c.ThreadID, pending: pending, pendingRev: pendingRev,
 		retry: func(ctx context.Context, pending error, rev int64) error {
-			again := &appendOp{s: op.s, in: op.in, w: op.w, nonce: op.nonce, inherited: op.inherited, inheritedRev: op.inheritedRev}
+			again := &appendOp{s: op.s, in: op.in, w: op.w, nonce: op.nonce, inherited: op.inherited, inheritedRev: op.inheritedRev, packRev: op.packRev}
 			return again.run(ctx, pending, rev)
 		}}
 	defer func() {
@@ -445,6 +479,15 @@ func (op *appendOp) run(ctx context.Context, pending error, pendingRev int64) (e
 			}
 			st = fresh // the same comparison as the lost attempt: at most one applies
 		}
+		if op.packRev != 0 && st.rev != op.packRev {
+			// Not on the state whose packs the root names.
+			op.w.usePacked(op.w.split.pack(nil))
+			if err := s.putObjects(ctx, in.Writer, op.w.objects); err != nil {
+				return a.fail(err)
+			}
+			op.packRev, op.inherited = 0, nil
+			op.claims = s.claims.of(in.Writer)
+		}
 		seq := st.rec.LastSeq + 1
 		vals := s.blobs(op.w, c.ThreadID, seq, op.nonce)
 		var writes []*etcdserverpb.RequestOp
@@ -485,8 +528,8 @@ func (op *appendOp) run(ctx context.Context, pending error, pendingRev int64) (e
 			continue
 		}
 		if resp.Succeeded {
-			s.remember(c.ThreadID, threadState{rec: st.nextRecord(op.w, seq, op.nonce), rev: resp.Header.Revision})
-			s.heads.remember(c.ThreadID, c.ID, resp.Header.Revision, op.w.objects)
+			s.remember(c.ThreadID, threadState{rec: st.nextRecord(op.w, seq, op.nonce, s.localReads), rev: resp.Header.Revision})
+			s.heads.remember(c.ThreadID, c.ID, resp.Header.Revision, op.w.objects, op.w.locs)
 			op.staging.close()
 			op.staging = nil
 			op.claimsInTxn = inTxn

@@ -37,7 +37,8 @@ import (
 // The store remembers the claim keys it puts, per lease, and deletes them
 // when the lease's next Append succeeds (in the append's own transaction when
 // it fits), when the lease is released, and when it learns the lease is lost.
-func (s *Store) ClaimBlobs(ctx context.Context, w cairn.Writer, blobKeys []string) ([]string, error) {
+func (s *Store) ClaimBlobs(ctx context.Context, w cairn.Writer, blobKeys []string) (_ []string, err error) {
+	defer definite("claimBlobs", &err)
 	if err := cairn.CheckClaimInput(w, blobKeys); err != nil {
 		return nil, err
 	}

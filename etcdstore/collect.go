@@ -92,7 +92,8 @@ func (s *Store) readGCState(ctx context.Context, rev *int64) (cairn.BlobGCView, 
 // created have the version of the transaction that created them. A batch
 // whose answer was lost is sent again; if the lost attempt had applied, its
 // records are not reported (the next ReadBlobGC shows them).
-func (s *Store) MarkBlobs(ctx context.Context, blobKeys []string, since float64) ([]cairn.GCRecord, error) {
+func (s *Store) MarkBlobs(ctx context.Context, blobKeys []string, since float64) (_ []cairn.GCRecord, err error) {
+	defer definite("markBlobs", &err)
 	if err := cairn.CheckCollectorKeys(blobKeys); err != nil {
 		return nil, err
 	}
@@ -102,7 +103,7 @@ func (s *Store) MarkBlobs(ctx context.Context, blobKeys []string, since float64)
 	blobs := blobsOf(cairn.SortedKeys(blobKeys))
 	n := s.batchOf(recordBatch, 2, 0)
 	parts := make([][]cairn.GCRecord, (len(blobs)+n-1)/n)
-	err := forEach(ctx, len(parts), collectParallel, func(ctx context.Context, i int) (err error) {
+	err = forEach(ctx, len(parts), collectParallel, func(ctx context.Context, i int) (err error) {
 		parts[i], err = s.markBatch(ctx, blobs[i*n:min((i+1)*n, len(blobs))], since)
 		return err
 	})
@@ -215,7 +216,8 @@ type recordMove struct {
 // returned with the version of the transaction that moved them. When an
 // attempt's answer was lost, a record found deleting with the same Since is
 // reported as moved: whoever moved it, its bytes may be deleted.
-func (s *Store) BeginBlobDeletes(ctx context.Context, recs []cairn.GCRecord) ([]cairn.GCRecord, error) {
+func (s *Store) BeginBlobDeletes(ctx context.Context, recs []cairn.GCRecord) (_ []cairn.GCRecord, err error) {
+	defer definite("beginBlobDeletes", &err)
 	return s.moveRecords(ctx, recs, recordMove{op: "begin blob deletes", from: gcCandidateByte, to: gcDeletingByte, unclaimed: true})
 }
 
@@ -229,12 +231,13 @@ func (s *Store) BeginBlobDeletes(ctx context.Context, recs []cairn.GCRecord) ([]
 //	Else for each record: Get(P g B)
 //
 // and again without the records that changed.
-func (s *Store) EndBlobDeletes(ctx context.Context, recs []cairn.GCRecord, deleted bool) error {
+func (s *Store) EndBlobDeletes(ctx context.Context, recs []cairn.GCRecord, deleted bool) (err error) {
+	defer definite("endBlobDeletes", &err)
 	m := recordMove{op: "end blob deletes", from: gcDeletingByte, to: gcCandidateByte}
 	if deleted {
 		m.to = 0
 	}
-	_, err := s.moveRecords(ctx, recs, m)
+	_, err = s.moveRecords(ctx, recs, m)
 	return err
 }
 
@@ -247,8 +250,9 @@ func (s *Store) EndBlobDeletes(ctx context.Context, recs []cairn.GCRecord, delet
 //	Else for each record: Get(P g B)
 //
 // and again without the records that changed.
-func (s *Store) DropBlobRecords(ctx context.Context, recs []cairn.GCRecord) error {
-	_, err := s.moveRecords(ctx, recs, recordMove{op: "drop blob records", from: gcCandidateByte})
+func (s *Store) DropBlobRecords(ctx context.Context, recs []cairn.GCRecord) (err error) {
+	defer definite("dropBlobRecords", &err)
+	_, err = s.moveRecords(ctx, recs, recordMove{op: "drop blob records", from: gcCandidateByte})
 	return err
 }
 

@@ -29,6 +29,13 @@ func TestConformanceObjects(t *testing.T) {
 	})
 }
 
+// TestConformanceLocalReads runs every suite on stores that answer Get from
+// their member's own state (Options.LocalReads): every thread has a read
+// permit, and every deletion withdraws it and waits for the member first.
+func TestConformanceLocalReads(t *testing.T) {
+	runConformance(t, func(o *etcdstore.Options) { o.LocalReads = true })
+}
+
 func runConformance(t *testing.T, configure func(*etcdstore.Options)) {
 	_, cli := embedetcd.ForTest(t)
 	var n atomic.Int64

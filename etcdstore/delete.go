@@ -13,19 +13,22 @@ import (
 )
 
 // DeleteHead implements cairn.Store. It reads the thread record, the writer
-// record and the head's checkpoint record at one revision, checks them in the
-// contract's order, then commits one transaction:
+// record and the head's checkpoint record at one revision, and the parent's
+// record at that revision, checks them in the contract's order, then commits
+// one transaction:
 //
-//	If   the writer lease is current, the thread record is unchanged
+//	If   the writer lease is current, the thread record and the parent's
+//	     record are unchanged
 //	Then put the thread record (head = the parent, or none when the parent is
-//	     null or pruned), delete the checkpoint record, its index record, its
+//	     null or pruned: below the floor, or gone), delete the checkpoint record, its index record, its
 //	     body and its reference records
 //
 // and starts again if the thread changed in between: the checks run again on
 // the new state, and the write retries for as long as ctx allows (see the
 // package documentation, Contention). Errors: the contract's, in its order;
 // ctx's error; *UnknownOutcomeError.
-func (s *Store) DeleteHead(ctx context.Context, in cairn.DeleteHeadInput) error {
+func (s *Store) DeleteHead(ctx context.Context, in cairn.DeleteHeadInput) (err error) {
+	defer definite("deleteHead", &err)
 	if err := cairn.CheckDeleteHeadInput(&in); err != nil {
 		return err
 	}
@@ -101,6 +104,26 @@ func (op *deleteHeadOp) run(ctx context.Context, pending error, pendingRev int64
 		}
 		rec := st.rec
 		rec.Op = op.nonce.String()
+		// The parent becomes the head when it is live: not below the floor,
+		// and not gone (pruned under the alarm, which deletes without moving
+		// the floor). Its record is compared, since that prune does not
+		// write the thread record.
+		var parentCmp []clientv3.Cmp
+		if m.ParentID != "" && m.ParentSeq >= rec.Floor {
+			pkey := string(s.layout.Checkpoint(in.ThreadID, m.ParentCreatedAt, m.ParentID))
+			r, err := s.client.Get(ctx, pkey, clientv3.WithRev(rev), clientv3.WithKeysOnly())
+			if err != nil {
+				return a.fail(err)
+			}
+			var prev int64
+			if p := first(r); p != nil {
+				prev = p.ModRevision
+			}
+			parentCmp = []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(pkey), "=", prev)}
+			if prev == 0 {
+				m.ParentID = ""
+			}
+		}
 		if m.ParentID != "" && m.ParentSeq >= rec.Floor {
 			rec.Head, rec.HeadSeq, rec.HeadCreatedAt = m.ParentID, m.ParentSeq, m.ParentCreatedAt
 		} else {
@@ -116,7 +139,17 @@ func (op *deleteHeadOp) run(ctx context.Context, pending error, pendingRev int64
 		for _, shard := range shardsOf(m.Shards) {
 			ops = append(ops, deletePrefix(s.layout.RefSeq(shard, in.ThreadID, m.Seq)))
 		}
-		cmps := s.withGuards(append(fence.Guard(wk, in.Writer.OwnerToken, in.Writer.Fence, now), s.threadCmp(in.ThreadID, st)))
+		cmps := s.withGuards(append(append(fence.Guard(wk, in.Writer.OwnerToken, in.Writer.Fence, now), s.threadCmp(in.ThreadID, st)), parentCmp...))
+		if rec.LocalReads {
+			retry, err := s.withdrawPermit(ctx, in.ThreadID, in.Writer, st, now)
+			if err != nil {
+				return a.fail(err)
+			}
+			if retry {
+				continue
+			}
+			cmps, ops = append(cmps, s.permitCmps(in.ThreadID)...), append(ops, s.permitOps(in.ThreadID)...)
+		}
 		resp, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
 			if err := a.committed(ctx, err, st.rev); err != nil {
@@ -162,7 +195,8 @@ func deleteRange(start, end []byte) clientv3.Op {
 // retries, for as long as ctx allows (see the package documentation,
 // Contention). Errors: the contract's, in its order; ctx's error;
 // *UnknownOutcomeError.
-func (s *Store) DeleteCheckpoints(ctx context.Context, in cairn.DeleteCheckpointsInput) ([]string, error) {
+func (s *Store) DeleteCheckpoints(ctx context.Context, in cairn.DeleteCheckpointsInput) (_ []string, err error) {
+	defer definite("deleteCheckpoints", &err)
 	if err := cairn.CheckDeleteCheckpointsInput(&in); err != nil {
 		return nil, err
 	}
@@ -212,26 +246,9 @@ func (op *pruneOp) run(ctx context.Context, pending error, pendingRev int64) ([]
 			return ids, nil
 		}
 		st, now := r.st, r.now
-		// Walk the chain from the head through the live records.
-		bySeq := map[uint64]*mvccpb.KeyValue{}
-		metas := map[uint64]ckptMeta{}
-		for _, kv := range r.kvs {
-			m, err := parseMeta(kv)
-			if err != nil {
-				return nil, a.fail(err)
-			}
-			if kv.Lease == 0 && m.Seq >= st.rec.Floor {
-				bySeq[m.Seq], metas[m.Seq] = kv, m
-			}
-		}
-		var chain []uint64 // head first
-		for seq, ok := st.rec.HeadSeq, st.rec.Head != ""; ok; {
-			m, found := metas[seq]
-			if !found {
-				break
-			}
-			chain = append(chain, seq)
-			seq, ok = m.ParentSeq, m.ParentID != ""
+		chain, bySeq, metas, err := liveChain(st, r.kvs)
+		if err != nil {
+			return nil, a.fail(err)
 		}
 		keep := int(in.Keep)
 		if len(chain) <= keep {
@@ -272,6 +289,35 @@ func (op *pruneOp) run(ctx context.Context, pending error, pendingRev int64) ([]
 		op.cleanup(ctx)
 		return ids, nil
 	}
+}
+
+// liveChain walks the chain of a thread from its head st through its
+// checkpoint records kvs (read at st's revision): the live ones, those
+// attached to no etcd lease (staged) and at or above the floor. It returns
+// their sequence numbers, head first, with each record and its decoded
+// metadata. The walk ends at a checkpoint without a parent, or whose parent
+// is below the floor or gone (pruned under the alarm, see
+// KeepNewestUnderAlarm).
+func liveChain(st threadState, kvs []*mvccpb.KeyValue) (chain []uint64, bySeq map[uint64]*mvccpb.KeyValue, metas map[uint64]ckptMeta, err error) {
+	bySeq, metas = map[uint64]*mvccpb.KeyValue{}, map[uint64]ckptMeta{}
+	for _, kv := range kvs {
+		m, err := parseMeta(kv)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if kv.Lease == 0 && m.Seq >= st.rec.Floor {
+			bySeq[m.Seq], metas[m.Seq] = kv, m
+		}
+	}
+	for seq, ok := st.rec.HeadSeq, st.rec.Head != ""; ok; {
+		m, found := metas[seq]
+		if !found {
+			break
+		}
+		chain = append(chain, seq)
+		seq, ok = m.ParentSeq, m.ParentID != ""
+	}
+	return chain, bySeq, metas, nil
 }
 
 func (op *pruneOp) ids() []string {

@@ -42,7 +42,8 @@ var _ cairn.ThreadDeleter = (*Store)(nil)
 // (ErrInvalidID, then ErrWriterLost); ctx's error; an *UnknownOutcomeError
 // when a commit got no answer and ctx ended or the unanswered commits ran
 // out before the outcome was known.
-func (s *Store) DeleteThread(ctx context.Context, in cairn.DeleteThreadInput) ([]string, error) {
+func (s *Store) DeleteThread(ctx context.Context, in cairn.DeleteThreadInput) (_ []string, err error) {
+	defer definite("deleteThread", &err)
 	if err := cairn.CheckDeleteThreadInput(&in); err != nil {
 		return nil, err
 	}
@@ -172,6 +173,17 @@ func (s *Store) readForRemoval(ctx context.Context, a *attempts, thread string, 
 // when the write should read again and retry; otherwise the error to return.
 func (s *Store) commitRemoval(ctx context.Context, a *attempts, w cairn.Writer, st threadState, rec threadRec, now float64,
 	ops []clientv3.Op, removed []removal) (int, bool, error) {
+	var pcmps []clientv3.Cmp
+	if rec.LocalReads {
+		retry, err := s.withdrawPermit(ctx, a.thread, w, st, now)
+		if err != nil {
+			return 0, false, a.fail(err)
+		}
+		if retry {
+			return 0, false, nil
+		}
+		pcmps, ops = s.permitCmps(a.thread), append(ops, s.permitOps(a.thread)...)
+	}
 	inTxn := 0
 	for _, r := range removed {
 		if len(ops)+2 > MaxTxnOps {
@@ -180,7 +192,7 @@ func (s *Store) commitRemoval(ctx context.Context, a *attempts, w cairn.Writer, 
 		ops = append(ops, clientv3.OpDelete(string(r.key)), clientv3.OpDelete(string(s.layout.Index(r.id))))
 		inTxn++
 	}
-	cmps := s.withGuards(append(fence.Guard(s.writerKeys(a.thread), w.OwnerToken, w.Fence, now), s.threadCmp(a.thread, st)))
+	cmps := s.withGuards(append(append(fence.Guard(s.writerKeys(a.thread), w.OwnerToken, w.Fence, now), s.threadCmp(a.thread, st)), pcmps...))
 	resp, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
 	if err != nil {
 		return 0, false, a.committed(ctx, err, st.rev)

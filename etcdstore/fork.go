@@ -57,7 +57,8 @@ const transcriptInline = 512 << 10
 // order, and retries for as long as ctx allows (see the package
 // documentation, Contention). Errors: the contract's, in its order; ctx's
 // error; *UnknownOutcomeError.
-func (s *Store) ForkFromCheckpoint(ctx context.Context, in cairn.ForkInput) (*cairn.Checkpoint, error) {
+func (s *Store) ForkFromCheckpoint(ctx context.Context, in cairn.ForkInput) (_ *cairn.Checkpoint, err error) {
+	defer definite("forkFromCheckpoint", &err)
 	if err := cairn.CheckForkInput(&in); err != nil {
 		return nil, err
 	}
@@ -228,7 +229,7 @@ func (op *forkOp) run(ctx context.Context, pending error, pendingRev int64) (*ca
 			continue
 		}
 		if resp.Succeeded {
-			s.remember(dest, threadState{rec: destSt.nextRecord(w, seq, op.nonce), rev: resp.Header.Revision})
+			s.remember(dest, threadState{rec: destSt.nextRecord(w, seq, op.nonce, s.localReads), rev: resp.Header.Revision})
 			staging.close()
 			staging = nil
 			out := root.Clone()
@@ -299,7 +300,8 @@ func (t transcripts) LoadThread(ctx context.Context, threadID string) (json.RawM
 // SaveThread implements cairn.TranscriptStore: one transaction replaces the
 // record and deletes the chunks of the transcript it replaces. A large
 // transcript is staged first.
-func (t transcripts) SaveThread(ctx context.Context, threadID string, messages json.RawMessage) error {
+func (t transcripts) SaveThread(ctx context.Context, threadID string, messages json.RawMessage) (err error) {
+	defer definite("saveThread", &err)
 	if err := cairn.ValidateID(threadID, "thread id"); err != nil {
 		return err
 	}
@@ -349,7 +351,7 @@ func (s *Store) rootConversation(ctx context.Context, kv *mvccpb.KeyValue) (json
 	if !r.convPresent {
 		return json.RawMessage("[]"), nil
 	}
-	got, err := s.fetchObjects(ctx, partDigests(r.conv))
+	got, err := s.fetchParts(ctx, r.conv)
 	if err != nil {
 		return nil, fmt.Errorf("transcript: %w", err)
 	}

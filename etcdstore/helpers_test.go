@@ -110,6 +110,9 @@ type faults struct {
 	method string
 	// writesOnly restricts counting to requests that may write.
 	writesOnly bool
+	// failWith, when set, is the error a failed call returns instead of
+	// errInjected (etcd's NOSPACE answer, for one).
+	failWith error
 }
 
 // readOnly reports whether req is a transaction that only reads.
@@ -135,6 +138,7 @@ func (f *faults) reset() {
 	f.sticky.Store(false)
 	f.after.Store(false)
 	f.calls.Store(0)
+	f.failWith = nil
 }
 
 var errInjected = fmt.Errorf("injected transport failure")
@@ -154,6 +158,9 @@ func (f *faults) intercept(ctx context.Context, method string, req, reply any, c
 		if err := invoker(ctx, method, req, reply, cc, opts...); err != nil {
 			return err
 		}
+	}
+	if f.failWith != nil {
+		return f.failWith
 	}
 	return errInjected
 }

@@ -34,19 +34,21 @@ func (i instances) Get(ctx context.Context, key string) (*cairn.InstanceRecord, 
 }
 
 // Upsert implements cairn.InstanceStore.
-func (i instances) Upsert(ctx context.Context, rec cairn.InstanceRecord) error {
+func (i instances) Upsert(ctx context.Context, rec cairn.InstanceRecord) (err error) {
+	defer definite("upsertInstance", &err)
 	if err := cairn.ValidateInstanceRecord(&rec); err != nil {
 		return err
 	}
-	_, err := i.s.client.Put(ctx, string(i.s.layout.Instance(rec.Key)), string(encodeInstance(&rec)))
+	_, err = i.s.client.Put(ctx, string(i.s.layout.Instance(rec.Key)), string(encodeInstance(&rec)))
 	return err
 }
 
 // Delete implements cairn.InstanceStore.
-func (i instances) Delete(ctx context.Context, key string) error {
+func (i instances) Delete(ctx context.Context, key string) (err error) {
+	defer definite("deleteInstance", &err)
 	if err := cairn.ValidateInstanceKey(key); err != nil {
 		return err
 	}
-	_, err := i.s.client.Delete(ctx, string(i.s.layout.Instance(key)))
+	_, err = i.s.client.Delete(ctx, string(i.s.layout.Instance(key)))
 	return err
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/cairnstore/cairn"
@@ -67,15 +68,20 @@ var writeRootVersion byte = objRootTree
 // toObjects makes w the version-2 form of its checkpoint: its record keeps
 // only the header fields, its one reference record names the root. The
 // split starts from the memo of the thread's last split in memos, and
-// leaves its own there.
-func (w *newCheckpoint) toObjects(memos *splitMemos) error {
+// leaves its own there. With packs, w also keeps the split for the packed
+// form (w.split), which the append packs once it knows the parent's packs.
+func (w *newCheckpoint) toObjects(memos *splitMemos, packs bool) error {
 	var root object
 	var objs []object
 	var refs []refChunk
 	var err error
 	if writeRootVersion == objRootTree {
 		var memo *splitMemo
-		root, objs, refs, memo, err = splitTree(w.c, memos.get(w.c.ThreadID))
+		cut := objLeafCut
+		if packs && writePacked {
+			cut = objPackLeafCut
+		}
+		root, objs, refs, memo, err = splitTreeCut(w.c, memos.get(w.c.ThreadID), cut)
 		if err == nil {
 			memos.put(w.c.ThreadID, memo)
 		}
@@ -90,7 +96,25 @@ func (w *newCheckpoint) toObjects(memos *splitMemos) error {
 		w.objects = append(w.objects, r.object)
 	}
 	w.setRoot(root.digest)
+	if packs && writePacked && writeRootVersion == objRootTree {
+		parts := slices.Clone(objs)
+		for _, r := range refs {
+			parts = append(parts, r.object)
+		}
+		if w.split, err = newPackSplit(root, parts); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// usePacked makes p the body of w: its objects are p's pack and root, and
+// the record names p's root. It reports whether the root names a pack of
+// the parent's.
+func (w *newCheckpoint) usePacked(p packed) bool {
+	w.setRoot(p.root.digest)
+	w.objects, w.locs, w.packs = p.objects(), p.locs, p.packs
+	return p.inherits
 }
 
 // setRoot makes w a version-2 checkpoint naming root.
@@ -101,6 +125,7 @@ func (w *newCheckpoint) setRoot(root keys.Digest) {
 	w.refs = [keys.NumShards][][]byte{}
 	w.mask = 1 << keys.RootShard
 	w.root = &root
+	w.packs = nil
 }
 
 // HasObjects reports whether the store has a bucket for body objects
@@ -245,16 +270,47 @@ func (s *Store) fetchObjects(ctx context.Context, ds []keys.Digest) (map[string]
 // root is root: the root, then its leaves and conversation chunks in
 // parallel, each verified against its digest.
 func (s *Store) readBody(ctx context.Context, root keys.Digest) ([]cairn.Entry, json.RawMessage, []cairn.Artifact, error) {
-	r, err := s.root(ctx, root)
+	return s.readBodyHint(ctx, root, nil)
+}
+
+// readBodyHint is readBody for a record that names the packs of its root
+// (hint): when the root is not in the cache, those packs are read whole in
+// parallel with the root, so a cold read takes one round of requests
+// instead of two. A pack that fails to come is read by range afterwards,
+// as without the hint.
+func (s *Store) readBodyHint(ctx context.Context, root keys.Digest, hint []keys.Digest) ([]cairn.Entry, json.RawMessage, []cairn.Artifact, error) {
+	var whole map[keys.Digest][]byte
+	var r objRoot
+	var err error
+	if _, cached := s.objCache.get(root); cached || len(hint) == 0 || s.objects == nil {
+		r, err = s.root(ctx, root)
+	} else {
+		got := make([][]byte, len(hint))
+		var wg sync.WaitGroup
+		for i, d := range hint {
+			wg.Go(func() { got[i], _ = s.objects.Get(ctx, objectKey(d)) })
+		}
+		r, err = s.root(ctx, root)
+		wg.Wait()
+		whole = make(map[keys.Digest][]byte, len(hint))
+		for i, d := range hint {
+			if got[i] != nil {
+				whole[d] = got[i]
+			}
+		}
+	}
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	ds := append(partDigests(r.leaves), partDigests(r.conv)...)
-	ds = append(ds, root)
-	got, err := s.fetchObjects(ctx, ds)
+	got, err := s.fetchPartsFrom(ctx, append(slices.Clone(r.leaves), r.conv...), whole)
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	rb, err := s.object(ctx, root)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	got[objectKey(root)] = rb
 	files, conv, arts, err := assembleCheckpointBody(root, func(key string) ([]byte, error) {
 		if b, ok := got[key]; ok {
 			return b, nil
@@ -265,18 +321,6 @@ func (s *Store) readBody(ctx context.Context, root keys.Digest) ([]cairn.Entry, 
 		return nil, nil, nil, fmt.Errorf("etcdstore: %w", err)
 	}
 	return files, conv, arts, nil
-}
-
-func partDigests(ps []objPart) []keys.Digest {
-	out := make([]keys.Digest, 0, len(ps))
-	seen := make(map[keys.Digest]bool, len(ps))
-	for _, p := range ps {
-		if !seen[p.digest] {
-			seen[p.digest] = true
-			out = append(out, p.digest)
-		}
-	}
-	return out
 }
 
 // parseRoot decodes the root digest of a version-2 checkpoint record.
@@ -357,6 +401,21 @@ type headSet struct {
 	head string
 	rev  int64
 	set  map[keys.Digest]struct{}
+	// locs are where the parts of a packed head are.
+	locs map[keys.Digest]partLoc
+}
+
+// locs returns where the parts of the head of thread are and the revision
+// of the thread record they are inherited on, when head is the packed head
+// this store appended last there; nil otherwise.
+func (h *headObjects) locs(thread, head string) (map[keys.Digest]partLoc, int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	hs, ok := h.m[thread]
+	if !ok || head == "" || hs.head != head {
+		return nil, 0
+	}
+	return hs.locs, hs.rev
 }
 
 // split returns the objects of objs that the head of thread has not, when
@@ -381,7 +440,7 @@ func (h *headObjects) split(thread, head string, objs []object) (fresh, inherite
 
 // remember records the objects of head, appended with thread record
 // revision rev; a version-1 head (no objects) forgets the thread.
-func (h *headObjects) remember(thread, head string, rev int64, objs []object) {
+func (h *headObjects) remember(thread, head string, rev int64, objs []object, locs map[keys.Digest]partLoc) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if len(objs) == 0 {
@@ -395,5 +454,5 @@ func (h *headObjects) remember(thread, head string, rev int64, objs []object) {
 	for _, o := range objs {
 		set[o.digest] = struct{}{}
 	}
-	h.m[thread] = headSet{head: head, rev: rev, set: set}
+	h.m[thread] = headSet{head: head, rev: rev, set: set, locs: locs}
 }

@@ -223,6 +223,7 @@ func TestObjectsAppendLayout(t *testing.T) {
 // object is missing or altered fails naming the object, and that a store
 // without Objects refuses to guess.
 func TestObjectsReadErrors(t *testing.T) {
+	writeUnpacked(t)
 	e := newV2Env(t)
 	s := e.store(true, 0)
 	c := capacityTurn("a", 1, 1000, 4000)
@@ -293,6 +294,7 @@ func memKeysOf(t *testing.T, b bucket.Lister, prefix string) []string {
 // checkpoint of each layout, counts the references of both exactly, and a
 // sweep deletes exactly the garbage: every live blob and object stays.
 func TestObjectsCompatibility(t *testing.T) {
+	writeUnpacked(t)
 	e := newV2Env(t)
 	old := e.store(false, 0)
 	ol, err := old.AcquireWriter(e.ctx, "a")
@@ -391,60 +393,33 @@ func TestObjectsCompatibility(t *testing.T) {
 	}
 
 	// The bucket: the bytes of every blob ever used, and a blob never used.
-	wantLive := map[string]bool{}
-	for _, c := range all {
-		for _, k := range c.BlobKeys() {
-			e.mem.Put(e.ctx, k, []byte(k))
-		}
-	}
-	e.mem.Put(e.ctx, objTestFileKey("garbage"), []byte("g"))
-	for _, c := range liveCps {
-		for _, k := range c.BlobKeys() {
-			wantLive[k] = true
-		}
-	}
+	wantLive := e.putBlobs(all, liveCps)
 	// The objects of the live version-2 checkpoints (a-4, a-5, a-6 and the
 	// fork of a-5, which shares a-5's root).
 	for _, id := range []string{"a-4", "a-5", "a-6"} {
-		c := byID[id]
-		root, objs, rcs, err := splitCheckpointBody(&c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wantLive[root.key] = true
-		for _, o := range objs {
-			wantLive[o.key] = true
-		}
-		for _, rc := range rcs {
-			wantLive[rc.key] = true
-		}
+		addUnpackedObjects(t, wantLive, byID[id])
 	}
 	objsBefore := len(memKeysOf(t, e.mem, cairn.ObjectPrefix))
-	time.Sleep(2 * time.Millisecond) // every upload strictly older than the sweep's now
-	srep, err := sweep.Sweep(e.ctx, s, e.mem, sweep.Options{OlderThan: 0})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := memKeysOf(t, e.mem, "")
-	if want := slices.Sorted(maps.Keys(wantLive)); !slices.Equal(got, want) {
-		var missing, extra []string
-		for _, k := range want {
-			if !slices.Contains(got, k) {
-				missing = append(missing, k)
-			}
-		}
-		for _, k := range got {
-			if !wantLive[k] {
-				extra = append(extra, k)
-			}
-		}
-		t.Fatalf("after the sweep the bucket holds %d keys, want %d: missing %q, extra %q", len(got), len(want), missing, extra)
-	}
+	srep := e.sweepKeeps(s, wantLive, live, byID)
 	objsAfter := len(memKeysOf(t, e.mem, cairn.ObjectPrefix))
 	t.Logf("sweep deleted %d keys, %d of them objects (%d objects kept)", len(srep.Deleted), objsBefore-objsAfter, objsAfter)
 	if objsBefore == objsAfter {
 		t.Fatal("the sweep deleted no object of the removed version-2 checkpoint")
 	}
+}
+
+// sweepKeeps sweeps the env's bucket (grace 0) and fails the test unless
+// it then holds exactly the keys of want and every checkpoint of live reads
+// back from a fresh store as byID has it.
+func (e *v2Env) sweepKeeps(s *Store, want map[string]bool, live []string, byID map[string]cairn.Checkpoint) sweep.Report {
+	t := e.t
+	t.Helper()
+	time.Sleep(2 * time.Millisecond) // every upload strictly older than the sweep's now
+	srep, err := sweep.Sweep(e.ctx, s, e.mem, sweep.Options{OlderThan: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameBucketKeys(t, e.mem, want)
 	for _, id := range live {
 		got, err := e.store(true, 0).Get(e.ctx, id) // a fresh cache
 		if err != nil {
@@ -452,6 +427,7 @@ func TestObjectsCompatibility(t *testing.T) {
 		}
 		sameCheckpoint(t, "after the sweep", got, byID[id])
 	}
+	return srep
 }
 
 // TestObjectCache checks the LRU bound and order.
@@ -511,6 +487,7 @@ func (c *countingObjects) take() map[string]int {
 // and that once the thread record changed (a prune) it claims and puts them
 // all again.
 func TestObjectsInheritedFromParent(t *testing.T) {
+	writeUnpacked(t)
 	e := newV2Env(t)
 	objs := &countingObjects{ObjectStore: e.mem, puts: map[string]int{}}
 	s, err := New(e.cli, e.prefix, Options{Objects: objs})
@@ -584,6 +561,7 @@ func TestObjectsInheritedFromParent(t *testing.T) {
 // (in leaf order) reads both, counts both exactly, verifies both, and its
 // sweep keeps exactly the objects and blobs of the live checkpoints of both.
 func TestObjectsRootVersions(t *testing.T) {
+	writeUnpacked(t)
 	e := newV2Env(t)
 	s := e.store(true, 0)
 	w := e.writer(s, "a")
@@ -691,6 +669,7 @@ func TestObjectsRootVersions(t *testing.T) {
 // append puts the other objects (their claims committed), waits until the
 // record settles, claims the key again, puts it, and appends.
 func TestObjectsPutWaitsForADeletingObject(t *testing.T) {
+	writeUnpacked(t)
 	e := newV2Env(t)
 	objs := &countingObjects{ObjectStore: e.mem, puts: map[string]int{}}
 	s, err := New(e.cli, e.prefix, Options{Objects: objs})
@@ -757,4 +736,67 @@ func TestObjectsPutWaitsForADeletingObject(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameCheckpoint(t, "after the wait", got, c)
+}
+
+// writeUnpacked makes the appends of the test write the capacity layout as
+// stores wrote it before packs (every leaf and chunk an object of its own).
+func writeUnpacked(t *testing.T) {
+	t.Helper()
+	writePacked = false
+	t.Cleanup(func() { writePacked = true })
+}
+
+// sameBucketKeys fails the test unless mem holds exactly the keys of want.
+func sameBucketKeys(t *testing.T, mem *bucket.Memory, want map[string]bool) {
+	t.Helper()
+	got := memKeysOf(t, mem, "")
+	if w := slices.Sorted(maps.Keys(want)); !slices.Equal(got, w) {
+		var missing, extra []string
+		for _, k := range w {
+			if !slices.Contains(got, k) {
+				missing = append(missing, k)
+			}
+		}
+		for _, k := range got {
+			if !want[k] {
+				extra = append(extra, k)
+			}
+		}
+		t.Fatalf("after the sweep the bucket holds %d keys, want %d: missing %q, extra %q", len(got), len(w), missing, extra)
+	}
+}
+
+// putBlobs puts the blobs of every checkpoint of all and one blob none
+// uses, and returns the blob keys of live.
+func (e *v2Env) putBlobs(all, live []cairn.Checkpoint) map[string]bool {
+	for _, c := range all {
+		for _, k := range c.BlobKeys() {
+			e.mem.Put(e.ctx, k, []byte(k))
+		}
+	}
+	e.mem.Put(e.ctx, objTestFileKey("garbage"), []byte("g"))
+	out := map[string]bool{}
+	for _, c := range live {
+		for _, k := range c.BlobKeys() {
+			out[k] = true
+		}
+	}
+	return out
+}
+
+// addUnpackedObjects adds to want the keys of the objects of c in the
+// unpacked form (root version 2).
+func addUnpackedObjects(t *testing.T, want map[string]bool, c cairn.Checkpoint) {
+	t.Helper()
+	root, objs, rcs, err := splitCheckpointBody(&c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want[root.key] = true
+	for _, o := range objs {
+		want[o.key] = true
+	}
+	for _, rc := range rcs {
+		want[rc.key] = true
+	}
 }

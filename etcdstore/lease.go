@@ -17,7 +17,8 @@ import (
 // its own (granted ahead, so that it costs no extra round trip), and reads
 // the thread record in the same transaction. The lease's fence is the
 // revision of that transaction.
-func (s *Store) AcquireWriter(ctx context.Context, threadID string) (*cairn.Lease, error) {
+func (s *Store) AcquireWriter(ctx context.Context, threadID string) (_ *cairn.Lease, err error) {
+	defer definite("acquireWriter", &err)
 	if err := cairn.ValidateID(threadID, "thread id"); err != nil {
 		return nil, err
 	}
@@ -42,6 +43,20 @@ func (s *Store) AcquireWriter(ctx context.Context, threadID string) (*cairn.Leas
 				break
 			}
 			return nil, cairn.NewError(cairn.CodeWriterConflict, "thread %q already has an active writer", threadID)
+		}
+		if noSpace(err) {
+			// etcd applied or refused the acquire (see noSpace): a read,
+			// served under the alarm, tells which.
+			rs, _, rerr := s.readOnly(ctx, clientv3.OpGet(wk.Owner), clientv3.OpGet(wk.Expiry))
+			if rerr != nil {
+				return nil, errors.Join(err, rerr)
+			}
+			if held := fence.Decode(first(rs[0]), first(rs[1])); held != nil && held.OwnerToken == token {
+				fenceRev, exp, lease = held.Fence, held.ExpiresAt, clientv3.LeaseID(first(rs[0]).Lease)
+				s.fences.Adopt(lease)
+				break
+			}
+			return nil, storeFull("acquireWriter", err)
 		}
 		if err != nil {
 			if ambiguous(err) && ctx.Err() == nil && attempt < maxAttempts {
@@ -108,7 +123,8 @@ type leaseDriver struct {
 // Renew keeps the etcd lease of the record alive for another TTL and moves
 // the stored expiry with one compare-and-swap guarded like every fenced
 // write.
-func (d *leaseDriver) Renew(ctx context.Context) (float64, error) {
+func (d *leaseDriver) Renew(ctx context.Context) (_ float64, err error) {
+	defer definite("renewWriter", &err)
 	wk := d.s.writerKeys(d.w.ThreadID)
 	for attempt := 0; ; attempt++ {
 		now := d.s.now()

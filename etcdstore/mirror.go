@@ -61,6 +61,10 @@ type Mirror struct {
 	// names interns the keys and node ids of kids and edges, so that a key
 	// that many nodes name is held once.
 	names map[string]string
+	// parts are where the reference chunks of the roots read in this sync
+	// are (see children).
+	partsMu sync.Mutex
+	parts   map[keys.Digest]objPart
 	// sum is the XOR of recHash over recs, persisted so that a truncated file
 	// is found.
 	sum uint64
@@ -213,6 +217,7 @@ func (m *Mirror) reset() {
 	m.kids = map[string][]string{}
 	m.counts = map[string]int{}
 	m.names = map[string]string{}
+	m.parts = map[keys.Digest]objPart{}
 	m.dirtyRecs = map[string]bool{}
 	m.dirtyKids = map[string]bool{}
 	m.zeroed = map[string]bool{}
@@ -312,7 +317,10 @@ func (m *Mirror) edges(key string, v []byte) ([]string, error) {
 }
 
 // children reads from the bucket what node id keeps, through the functions
-// the walk uses (rootListing, namedObjects, countListings).
+// the walk uses (objRoot.namedObjects, objRoot.convObjects, fetchParts,
+// countListings): a record form they learn flows into the mirror. A root's
+// reference chunks are remembered with where they are (a packed root's are
+// members of packs) until their own nodes are read, in the same sync.
 func (m *Mirror) children(ctx context.Context, id string) ([]string, error) {
 	d := keys.Digest([]byte(id[2:]))
 	switch id[1] {
@@ -321,22 +329,32 @@ func (m *Mirror) children(ctx context.Context, id string) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		shard := byte(keys.RootShard)
 		if id[1] == nodeTranscript {
-			shard = keys.TranscriptShard
+			var out []string
+			for _, o := range r.convObjects(d) {
+				out = append(out, objectKey(o))
+			}
+			return out, nil
 		}
-		out := []string{objectKey(d)}
-		for _, o := range namedObjects(&r, shard) {
+		var out []string
+		for _, o := range r.namedObjects(d) {
 			out = append(out, objectKey(o))
 		}
-		if shard == keys.RootShard {
-			for _, c := range rootListing(&r).chunks {
-				out = append(out, nodeID(nodeChunk, c))
-			}
+		m.partsMu.Lock()
+		for _, c := range r.refs {
+			m.parts[c.digest] = c
+			out = append(out, nodeID(nodeChunk, c.digest))
 		}
+		m.partsMu.Unlock()
 		return out, nil
 	case nodeChunk:
-		got, err := m.s.fetchObjects(ctx, []keys.Digest{d})
+		m.partsMu.Lock()
+		part, ok := m.parts[d]
+		m.partsMu.Unlock()
+		if !ok {
+			part = objPart{digest: d} // an object of its own
+		}
+		got, err := m.s.fetchParts(ctx, []objPart{part})
 		if err != nil {
 			return nil, err
 		}
@@ -486,6 +504,7 @@ func (m *Mirror) add(ctx context.Context, ks []string) error {
 		}
 		ks = next
 	}
+	m.parts = map[keys.Digest]objPart{}
 	return nil
 }
 

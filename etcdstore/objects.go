@@ -165,6 +165,10 @@ func objectKey(d keys.Digest) string {
 type objPart struct {
 	digest keys.Digest
 	n      int
+	// at is where the part is in a packed root (version 3): a member of a
+	// pack; in roots of versions 1 and 2 it is zero and the part is an
+	// object of its own.
+	at partLoc
 }
 
 // objRoot is a decoded root object.
@@ -179,6 +183,9 @@ type objRoot struct {
 	// in leaf order, as version says.
 	refs      []objPart
 	artifacts []cairn.Artifact
+	// packs are the packs whose members a packed root (version 3) names,
+	// each once; nil for versions 1 and 2.
+	packs []keys.Digest
 }
 
 // allDigests returns the distinct digests of every object r names: leaves,
@@ -328,16 +335,16 @@ func splitCheckpointBodyAt(c *cairn.Checkpoint, version byte) (root object, objs
 	start := 0
 	for i := range c.Files {
 		if i == len(c.Files)-1 || i+1-start == objLeafMax || objLeafCut(c.Files[i].Path) {
-			r.leaves = append(r.leaves, objPart{add(objEncodeLeaf(c.Files[start : i+1])), i + 1 - start})
+			r.leaves = append(r.leaves, objPart{digest: add(objEncodeLeaf(c.Files[start : i+1])), n: i + 1 - start})
 			start = i + 1
 		}
 	}
 	if c.Conversation != nil {
 		r.convPresent = true
-		objConvChunks(c.Conversation, func(data []byte, n int) { r.conv = append(r.conv, objPart{add(data), n}) })
+		objConvChunks(c.Conversation, func(data []byte, n int) { r.conv = append(r.conv, objPart{digest: add(data), n: n}) })
 	}
 	for _, rc := range refs {
-		r.refs = append(r.refs, objPart{rc.digest, rc.n})
+		r.refs = append(r.refs, objPart{digest: rc.digest, n: rc.n})
 	}
 	r.artifacts = c.Artifacts
 	return objNewObject(objEncodeRoot(&r)), objs, refs, nil
@@ -529,33 +536,49 @@ func objEncodeRoot(r *objRoot) []byte {
 		version = objVersion
 	}
 	e.b = append(e.b, objTypeRoot, version)
-	e.uint(uint64(len(r.leaves)))
-	for _, p := range r.leaves {
-		e.b = append(e.b, p.digest[:]...)
-		e.uint(uint64(p.n))
+	packed := version == objRootPacked
+	var packIndex map[keys.Digest]int
+	if packed {
+		packIndex = make(map[keys.Digest]int, len(r.packs))
+		e.uint(uint64(len(r.packs)))
+		for i, d := range r.packs {
+			packIndex[d] = i
+			e.b = append(e.b, d[:]...)
+		}
 	}
+	parts := func(ps []objPart) {
+		e.uint(uint64(len(ps)))
+		for _, p := range ps {
+			e.b = append(e.b, p.digest[:]...)
+			e.uint(uint64(p.n))
+			if packed {
+				e.uint(uint64(packIndex[p.at.pack]))
+				e.uint(uint64(p.at.off))
+				e.uint(uint64(p.at.size))
+			}
+		}
+	}
+	parts(r.leaves)
 	if !r.convPresent {
 		e.b = append(e.b, 0)
 	} else {
 		e.b = append(e.b, 1)
-		e.uint(uint64(len(r.conv)))
-		for _, p := range r.conv {
-			e.b = append(e.b, p.digest[:]...)
-			e.uint(uint64(p.n))
-		}
+		parts(r.conv)
 	}
-	e.uint(uint64(len(r.refs)))
-	for _, p := range r.refs {
-		e.b = append(e.b, p.digest[:]...)
-		e.uint(uint64(p.n))
-	}
+	parts(r.refs)
 	e.artifacts(r.artifacts)
 	return e.b
 }
 
-// objParts decodes a list of (digest, n) with 1 ≤ n ≤ max.
-func objParts(d *decoder, max uint64) []objPart {
-	out := make([]objPart, d.count(keys.DigestLen+1))
+// objParts decodes a list of (digest, n) with 1 ≤ n ≤ max, each followed,
+// when packs is not nil (a packed root), by its pack index, offset and size
+// (partLoc).
+func objParts(d *decoder, max uint64, packs []keys.Digest) []objPart {
+	min := keys.DigestLen + 1
+	if packs != nil {
+		min += 3
+	}
+	out := make([]objPart, d.count(min))
 	for i := range out {
 		if len(d.b) < keys.DigestLen {
 			d.fail()
@@ -571,18 +594,36 @@ func objParts(d *decoder, max uint64) []objPart {
 			return nil
 		}
 		out[i].n = int(n)
+		if packs != nil {
+			pi, off, size := d.uint(), d.uint(), d.uint()
+			if d.err != nil || pi >= uint64(len(packs)) || off > objPackMax || size < 2 || size > objPackMax-off {
+				d.fail()
+				return nil
+			}
+			out[i].at = partLoc{pack: packs[pi], off: int(off), size: int(size)}
+		}
 	}
 	return out
 }
 
 // objDecodeRoot decodes a root object of either version.
 func objDecodeRoot(b []byte) (objRoot, error) {
-	if len(b) < 2 || b[0] != objTypeRoot || b[1] != objVersion && b[1] != objRootTree {
+	if len(b) < 2 || b[0] != objTypeRoot || b[1] != objVersion && b[1] != objRootTree && b[1] != objRootPacked {
 		return objRoot{}, errCodec
 	}
 	d := decoder{b: b[2:]}
 	r := objRoot{version: b[1]}
-	r.leaves = objParts(&d, objLeafMax)
+	if r.version == objRootPacked {
+		r.packs = make([]keys.Digest, d.count(keys.DigestLen))
+		for i := range r.packs {
+			copy(r.packs[i][:], d.b)
+			d.b = d.b[keys.DigestLen:]
+		}
+		if d.err != nil || !distinctDigests(r.packs) {
+			return objRoot{}, errCodec
+		}
+	}
+	r.leaves = objParts(&d, objLeafMax, r.packs)
 	if d.err != nil || len(d.b) == 0 {
 		return objRoot{}, errCodec
 	}
@@ -592,14 +633,14 @@ func objDecodeRoot(b []byte) (objRoot, error) {
 	case 1:
 		d.b = d.b[1:]
 		r.convPresent = true
-		r.conv = objParts(&d, objConvMax)
+		r.conv = objParts(&d, objConvMax, r.packs)
 	default:
 		return objRoot{}, errCodec
 	}
 	if d.err != nil {
 		return objRoot{}, errCodec
 	}
-	r.refs = objParts(&d, objRefMax)
+	r.refs = objParts(&d, objRefMax, r.packs)
 	if d.err != nil {
 		return objRoot{}, errCodec
 	}

@@ -41,6 +41,19 @@ func FuzzObjectRootDecode(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(root.data)
+	_, objs, refs, err := splitCheckpointBody(&c)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, r := range refs {
+		objs = append(objs, r.object)
+	}
+	ps, err := newPackSplit(root, objs)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(ps.pack(nil).root.data) // a packed root (version 3)
+	f.Add(objEncodeRoot(&objRoot{version: objRootPacked, packs: []keys.Digest{{1}, {2}}}))
 	f.Add(objEncodeRoot(&objRoot{}))
 	f.Add(objEncodeRoot(&objRoot{convPresent: true}))
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -145,9 +158,9 @@ func FuzzObjectAssemble(f *testing.F) {
 		b.put(lo, co)
 		r := objRoot{convPresent: present}
 		for range int(repeat) % 4 {
-			r.leaves = append(r.leaves, objPart{lo.digest, int(leafN)})
+			r.leaves = append(r.leaves, objPart{digest: lo.digest, n: int(leafN)})
 			if present {
-				r.conv = append(r.conv, objPart{co.digest, int(chunkN)})
+				r.conv = append(r.conv, objPart{digest: co.digest, n: int(chunkN)})
 			}
 		}
 		data := append(objEncodeRoot(&r), tail...)

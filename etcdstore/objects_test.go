@@ -665,11 +665,11 @@ func TestObjectAssembleErrors(t *testing.T) {
 	variant("leaf count", func(r *objRoot, _ objBucket) string { r.leaves[1].n++; return objectKey(r.leaves[1].digest) })
 	variant("chunk length", func(r *objRoot, _ objBucket) string { r.conv[0].n--; return objectKey(r.conv[0].digest) })
 	variant("a chunk as a leaf", func(r *objRoot, _ objBucket) string {
-		r.leaves[0] = objPart{r.conv[0].digest, r.leaves[0].n}
+		r.leaves[0] = objPart{digest: r.conv[0].digest, n: r.leaves[0].n}
 		return objectKey(r.conv[0].digest)
 	})
 	variant("a leaf as a chunk", func(r *objRoot, bucket objBucket) string {
-		r.conv[0] = objPart{r.leaves[0].digest, len(bucket[objectKey(r.leaves[0].digest)]) - 2}
+		r.conv[0] = objPart{digest: r.leaves[0].digest, n: len(bucket[objectKey(r.leaves[0].digest)]) - 2}
 		return objectKey(r.leaves[0].digest)
 	})
 	variant("leaf of another version", func(r *objRoot, bucket objBucket) string {

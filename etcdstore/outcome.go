@@ -34,6 +34,9 @@ type attempts struct {
 	// n counts the attempts begun, unanswered the commits that ended
 	// without an answer.
 	n, unanswered int
+	// full is set when pending is etcd's NOSPACE answer (see noSpace): the
+	// attempt was applied or refused, and the next read settles which.
+	full bool
 }
 
 // maxAttempts bounds the commits of one write that end without an answer (etcd unreachable, the connection failing): after that many the
@@ -65,6 +68,12 @@ func (a *attempts) next(ctx context.Context) error {
 // return otherwise.
 func (a *attempts) committed(ctx context.Context, err error, rev int64) error {
 	a.s.forget(a.thread)
+	if noSpace(err) && a.pending == nil {
+		// etcd answered after applying or refusing the attempt: the next
+		// read, which etcd serves under its alarm, tells which (landed).
+		a.pending, a.pendingRev, a.full = err, rev, true
+		return nil
+	}
 	if !ambiguous(err) {
 		return a.fail(err)
 	}
@@ -102,6 +111,9 @@ func (a *attempts) landed(ctx context.Context, st threadState) (bool, error) {
 		return true, nil
 	}
 	if st.rev == a.pendingRev {
+		if a.full {
+			return false, a.refused()
+		}
 		return false, nil // nothing happened since: the attempt may still land
 	}
 	kv, err := a.s.firstWriteAfter(ctx, a.thread, a.pendingRev)
@@ -115,8 +127,20 @@ func (a *attempts) landed(ctx context.Context, st threadState) (bool, error) {
 	if first.rec.Op == a.nonce.String() {
 		return true, nil
 	}
+	if a.full {
+		return false, a.refused()
+	}
 	a.pending = nil // another write came first: the attempt's comparison fails forever
 	return false, nil
+}
+
+// refused settles an attempt etcd answered NOSPACE and did not apply: the
+// write ends with ErrStoreFull, a definite answer, without another attempt
+// (it would meet the same refusal until an operator frees space).
+func (a *attempts) refused() error {
+	err := storeFull(a.op, a.pending)
+	a.pending, a.full = nil, false
+	return err
 }
 
 // firstWriteAfter returns the first version of a thread record written after

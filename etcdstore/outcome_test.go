@@ -60,13 +60,19 @@ func (x *outcomeFixture) failNext(applied bool, cancel func()) {
 // with the write never applied, while the call's context still has time (the
 // store resolves it) and after the context ended (the caller resolves it with
 // Retry). Each write must take effect exactly once.
-func TestUnknownOutcomes(t *testing.T) {
-	writes := []struct {
-		name  string
-		setup func(t *testing.T, x *outcomeFixture)
-		write func(ctx context.Context, x *outcomeFixture) error
-		want  state
-	}{
+// outcomeWrite is a write of a thread: setup prepares the fixture, write
+// runs it once, want is the state of thread "t" once it has taken effect.
+type outcomeWrite struct {
+	name  string
+	setup func(t *testing.T, x *outcomeFixture)
+	write func(ctx context.Context, x *outcomeFixture) error
+	want  state
+}
+
+// outcomeWrites are the writes whose outcome the store settles by the thread
+// record's nonce.
+func outcomeWrites() []outcomeWrite {
+	return []outcomeWrite{
 		{
 			name: "Append",
 			write: func(ctx context.Context, x *outcomeFixture) error {
@@ -116,6 +122,10 @@ func TestUnknownOutcomes(t *testing.T) {
 			want: state{Heads: map[string]string{"t": "c1"}, Lists: map[string][]string{"t": {"c1"}}, Refs: []cairn.BlobReference{{Key: fileKey("k1"), References: 2}}},
 		},
 	}
+}
+
+func TestUnknownOutcomes(t *testing.T) {
+	writes := outcomeWrites()
 	srv, _ := embedetcd.ForTest(t)
 	n := 0
 	for _, w := range writes {

@@ -93,10 +93,19 @@ func (s *Store) GetHead(ctx context.Context, threadID string) (string, error) {
 }
 
 // Get implements cairn.Store in two reads: the id's index record, then, at the
-// same revision, the checkpoint record, its thread record and its body.
+// same revision, the checkpoint record, its thread record and its body. With
+// Options.LocalReads both reads go first to the connected member's own state
+// (see getLocal), and to the leader only when that cannot answer.
 func (s *Store) Get(ctx context.Context, id string) (*cairn.Checkpoint, error) {
 	if err := cairn.ValidateID(id, "checkpoint id"); err != nil {
 		return nil, err
+	}
+	if s.localReads {
+		if c, ok := s.getLocal(ctx, id); ok {
+			s.reads.local.Add(1)
+			return &c, nil
+		}
+		s.reads.fallback.Add(1)
 	}
 	resp, err := s.client.Get(ctx, string(s.layout.Index(id)))
 	if err != nil {
@@ -110,7 +119,7 @@ func (s *Store) Get(ctx context.Context, id string) (*cairn.Checkpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, ok, err := s.loadAt(ctx, idx, id, resp.Header.Revision)
+	c, ok, err := s.loadAt(ctx, idx, id, resp.Header.Revision, false)
 	if err != nil || !ok {
 		return nil, err
 	}
@@ -118,20 +127,32 @@ func (s *Store) Get(ctx context.Context, id string) (*cairn.Checkpoint, error) {
 }
 
 // loadAt loads the checkpoint an index record names, as of revision rev. ok is
-// false when the index record is stale (the checkpoint was pruned).
-func (s *Store) loadAt(ctx context.Context, idx idxRec, id string, rev int64) (cairn.Checkpoint, bool, error) {
+// false when the index record is stale (the checkpoint was pruned). local
+// reads the connected member's own state (serializable) and also requires
+// the thread's read permit at rev (see getLocal): ok is false without it.
+func (s *Store) loadAt(ctx context.Context, idx idxRec, id string, rev int64, local bool) (cairn.Checkpoint, bool, error) {
 	nonce, err := parseNonce(idx.Nonce)
 	if err != nil {
 		return cairn.Checkpoint{}, false, err
 	}
-	prefix := s.layout.CheckpointChunks(idx.Thread, idx.Seq, nonce)
-	rs, _, err := s.readOnly(ctx,
-		clientv3.OpGet(string(s.layout.Checkpoint(idx.Thread, idx.CreatedAt, id)), clientv3.WithRev(rev)),
-		clientv3.OpGet(string(s.layout.Thread(idx.Thread)), clientv3.WithRev(rev)),
-		clientv3.OpGet(string(prefix), clientv3.WithPrefix(), clientv3.WithRev(rev)),
-	)
+	at := []clientv3.OpOption{clientv3.WithRev(rev)}
+	if local {
+		at = append(at, clientv3.WithSerializable())
+	}
+	gets := []clientv3.Op{
+		clientv3.OpGet(string(s.layout.Checkpoint(idx.Thread, idx.CreatedAt, id)), at...),
+		clientv3.OpGet(string(s.layout.Thread(idx.Thread)), at...),
+		clientv3.OpGet(string(s.layout.CheckpointChunks(idx.Thread, idx.Seq, nonce)), append(at, clientv3.WithPrefix())...),
+	}
+	if local {
+		gets = append(gets, clientv3.OpGet(string(s.layout.ReadPermit(idx.Thread)), at...))
+	}
+	rs, _, err := s.readOnly(ctx, gets...)
 	if err != nil {
 		return cairn.Checkpoint{}, false, err
+	}
+	if local && first(rs[3]) == nil {
+		return cairn.Checkpoint{}, false, nil
 	}
 	mkv := first(rs[0])
 	st, err := parseThread(first(rs[1]))
@@ -160,7 +181,11 @@ func (s *Store) assemble(ctx context.Context, key []byte, m ckptMeta, chunkKVs [
 	if err != nil {
 		return c, corrupt("checkpoint record", key, err)
 	}
-	if c.Files, c.Conversation, c.Artifacts, err = s.readBody(ctx, root); err != nil {
+	hint, err := parsePacks(m.Packs)
+	if err != nil {
+		return c, corrupt("checkpoint record", key, err)
+	}
+	if c.Files, c.Conversation, c.Artifacts, err = s.readBodyHint(ctx, root, hint); err != nil {
 		return cairn.Checkpoint{}, fmt.Errorf("checkpoint %q: %w", c.ID, err)
 	}
 	return c, nil

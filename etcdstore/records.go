@@ -35,6 +35,9 @@ func (rec *threadRec) appendJSON(b []byte) []byte {
 	if rec.Op != "" {
 		b = appendJSONString(append(b, `,"op":`...), rec.Op)
 	}
+	if rec.LocalReads {
+		b = append(b, `,"localReads":true`...)
+	}
 	return append(b, '}')
 }
 
@@ -72,6 +75,9 @@ func (m *ckptMeta) appendJSON(b []byte) []byte {
 	}
 	if m.Root != "" {
 		b = appendJSONString(append(b, `,"root":`...), m.Root)
+	}
+	if m.Packs != "" {
+		b = appendJSONString(append(b, `,"packs":`...), m.Packs)
 	}
 	return append(b, '}')
 }

@@ -30,6 +30,8 @@ func checkRecordJSON(t *testing.T, s string, f float64, u uint64, n int) {
 		{LastSeq: u},
 		{Head: s, HeadSeq: u, HeadCreatedAt: f, LastSeq: u, Floor: u, Op: s},
 		{Head: s, HeadCreatedAt: f, Op: s},
+		{Head: s, HeadSeq: u, LastSeq: u, Op: s, LocalReads: true},
+		{LastSeq: u, Floor: u, LocalReads: true},
 	} {
 		same("thread record", rec.appendJSON(nil), rec)
 	}

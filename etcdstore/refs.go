@@ -134,37 +134,35 @@ func (s *Store) objectRefs(ctx context.Context, rev *int64, objects bool) (refs,
 		return nil, nil, err
 	}
 	var listings []refListing
-	var chunks []keys.Digest
+	var chunks []objPart
 	seen := map[keys.Digest]bool{}
 	named := map[keys.Digest]int{}
 	for i, d := range distinct {
 		r := &decoded[i]
-		l := rootListing(r)
+		l := refListing{chunks: r.refDigests(), keyOrder: r.version == objVersion}
 		for range roots[d] {
 			listings = append(listings, l)
 		}
-		for _, c := range l.chunks {
-			if !seen[c] {
-				seen[c] = true
+		for _, c := range r.refs {
+			if !seen[c.digest] {
+				seen[c.digest] = true
 				chunks = append(chunks, c)
 			}
 		}
 		if objects {
-			n := roots[d] + transcripts[d]
-			named[d] += n
-			for _, sh := range []struct {
-				shard byte
-				n     int
-			}{{keys.RootShard, roots[d]}, {keys.TranscriptShard, transcripts[d]}} {
-				if sh.n > 0 {
-					for _, o := range namedObjects(r, sh.shard) {
-						named[o] += sh.n
-					}
+			if roots[d] > 0 {
+				for _, o := range r.namedObjects(d) {
+					named[o] += roots[d]
+				}
+			}
+			if transcripts[d] > 0 {
+				for _, o := range r.convObjects(d) {
+					named[o] += transcripts[d]
 				}
 			}
 		}
 	}
-	got, err := s.fetchObjects(ctx, chunks)
+	got, err := s.fetchParts(ctx, chunks)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -189,23 +187,6 @@ func (s *Store) objectRefs(ctx context.Context, rev *int64, objects bool) (refs,
 		}
 	}
 	return refs, objs, nil
-}
-
-// rootListing returns the reference chunks a checkpoint whose root is r
-// lists. The walk and the sweeper's mirror (mirror.go) both learn what a root
-// references through rootListing and namedObjects, and nothing else.
-func rootListing(r *objRoot) refListing {
-	return refListing{chunks: r.refDigests(), keyOrder: r.version != objRootTree}
-}
-
-// namedObjects returns the objects, other than r itself, that a reference
-// record of shard (keys.RootShard: a checkpoint's body; keys.TranscriptShard:
-// a thread's transcript) keeps by naming root r.
-func namedObjects(r *objRoot, shard byte) []keys.Digest {
-	if shard == keys.TranscriptShard {
-		return partDigests(r.conv)
-	}
-	return r.allDigests()
 }
 
 // walkBlobShards walks the reference records of version-1 checkpoints,

@@ -85,6 +85,12 @@ func (s *splitMemos) put(thread string, m *splitMemo) {
 // split of an earlier checkpoint, it reuses what it can of it. It returns
 // the memo of this split.
 func splitTree(c *cairn.Checkpoint, memo *splitMemo) (root object, objs []object, refs []refChunk, next *splitMemo, err error) {
+	return splitTreeCut(c, memo, objLeafCut)
+}
+
+// splitTreeCut is splitTree with leaves cut after an entry whose path cut
+// says (objLeafCut for root versions 1 and 2, objPackLeafCut for packs).
+func splitTreeCut(c *cairn.Checkpoint, memo *splitMemo, cut func(path string) bool) (root object, objs []object, refs []refChunk, next *splitMemo, err error) {
 	next = &splitMemo{byFirst: make(map[string]int), files: len(c.Files)}
 	r := objRoot{version: objRootTree}
 	seen := make(map[keys.Digest]bool)
@@ -117,7 +123,7 @@ func splitTree(c *cairn.Checkpoint, memo *splitMemo) (root object, objs []object
 		} else {
 			i := s
 			for {
-				ml.atCut = objLeafCut(c.Files[i].Path)
+				ml.atCut = cut(c.Files[i].Path)
 				if ml.atCut || i == len(c.Files)-1 || i+1-s == objLeafMax {
 					break
 				}
@@ -154,7 +160,7 @@ func splitTree(c *cairn.Checkpoint, memo *splitMemo) (root object, objs []object
 			ks = slices.Compact(ks)
 			ml.chunk = &refChunk{objEncodeRefChunk(ks), len(ks)}
 		}
-		r.leaves = append(r.leaves, objPart{add(ml.leaf), ml.n})
+		r.leaves = append(r.leaves, objPart{digest: add(ml.leaf), n: ml.n})
 		if ml.chunk != nil {
 			refs = append(refs, *ml.chunk)
 		}
@@ -164,7 +170,7 @@ func splitTree(c *cairn.Checkpoint, memo *splitMemo) (root object, objs []object
 	}
 	if c.Conversation != nil {
 		r.convPresent = true
-		objConvChunks(c.Conversation, func(data []byte, n int) { r.conv = append(r.conv, objPart{add(objNewObject(data)), n}) })
+		objConvChunks(c.Conversation, func(data []byte, n int) { r.conv = append(r.conv, objPart{digest: add(objNewObject(data)), n: n}) })
 	}
 	ks = ks[:0]
 	for i := range c.Artifacts {
@@ -180,7 +186,7 @@ func splitTree(c *cairn.Checkpoint, memo *splitMemo) (root object, objs []object
 	slices.SortFunc(ks, objSortKey.compare)
 	refs = objCutRefChunks(refs, slices.Compact(ks))
 	for _, rc := range refs {
-		r.refs = append(r.refs, objPart{rc.digest, rc.n})
+		r.refs = append(r.refs, objPart{digest: rc.digest, n: rc.n})
 	}
 	r.artifacts = c.Artifacts
 	return objNewObject(objEncodeRoot(&r)), objs, refs, next, nil

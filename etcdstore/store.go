@@ -78,6 +78,24 @@ type Options struct {
 	// InlineLimit is the largest encoded body, in bytes, that stays inline in
 	// version 1 when Objects is set. Zero selects 64 KiB.
 	InlineLimit int
+	// LocalReads serves Get from the member the client is connected to,
+	// without a round trip to the leader, when that member's state shows the
+	// checkpoint and its thread's read permit; otherwise Get reads
+	// linearizably as before. Give the client only the endpoints of the
+	// region's own members. Threads this store writes get read permits, and
+	// from then on every deletion of their checkpoints (DeleteHead,
+	// DeleteCheckpoints, DeleteThread, by any store) waits until every
+	// member has applied the permit's withdrawal, so a deletion stalls while
+	// a member is unreachable (docs/design.md, "Local reads of what never
+	// changes"). Heads, lists and writes are unchanged.
+	LocalReads bool
+	// Unpacked makes appends write the capacity layout as stores before
+	// packs did (root version 2: every leaf, conversation chunk and reference
+	// chunk an object of its own) instead of the packed form (root version
+	// 3: one pack and a root a checkpoint). Readers of every version read
+	// both; set it while stores that cannot read version 3 still read the
+	// bucket (a rolling upgrade), or to compare the two.
+	Unpacked bool
 }
 
 // Store is a cairn.Store on etcd. It is safe for concurrent use. Create it
@@ -106,8 +124,14 @@ type Store struct {
 	// objects is Options.Objects; inlineLimit is Options.InlineLimit.
 	objects     ObjectStore
 	inlineLimit int
-	objCache    *objCache
-	heads       *headObjects
+	// packs is !Options.Unpacked.
+	packs    bool
+	objCache *objCache
+	heads    *headObjects
+
+	// localReads is Options.LocalReads; reads counts how Gets were served.
+	localReads bool
+	reads      *readCounts
 }
 
 // threadCache holds the last known thread records, by thread, so that the
@@ -171,8 +195,11 @@ func New(client *clientv3.Client, prefix string, opts Options) (*Store, error) {
 		claims:      newClaimSet(),
 		objects:     opts.Objects,
 		inlineLimit: inline,
+		packs:       !opts.Unpacked,
 		objCache:    newObjCache(objectCacheBytes),
 		heads:       &headObjects{m: map[string]headSet{}},
+		localReads:  opts.LocalReads,
+		reads:       &readCounts{},
 	}, nil
 }
 
@@ -202,6 +229,13 @@ type threadRec struct {
 	// Op is the nonce of the write that produced this record, so that a
 	// retry after an unknown outcome can tell whether that write landed.
 	Op string `json:"op,omitempty"`
+	// LocalReads is set by the first write of a store with
+	// Options.LocalReads and never cleared: from then on the thread has a
+	// read permit (keys.Layout.ReadPermit) whenever no deletion is under
+	// way, and every deletion of its checkpoints, by any store, withdraws
+	// the permit and waits for every member before it commits (see
+	// withdrawPermit).
+	LocalReads bool `json:"localReads,omitempty"`
 }
 
 // threadState is a thread record with its mod revision; Rev 0 means the
@@ -299,6 +333,10 @@ type ckptMeta struct {
 	// are the objects of Root (hex SHA-256); absent for version 1.
 	Layout int    `json:"layout,omitempty"`
 	Root   string `json:"root,omitempty"`
+	// Packs, for a packed root, are the hex digests of the packs the root
+	// names, concatenated: a cold read fetches them whole in parallel with
+	// the root. A hint only: every member is verified against the root.
+	Packs string `json:"packs,omitempty"`
 
 	Body []byte `json:"-"`
 }
@@ -365,6 +403,7 @@ func ambiguous(err error) bool {
 		rpctypes.ErrKeyNotFound, rpctypes.ErrLeaseNotFound, rpctypes.ErrCompacted, rpctypes.ErrFutureRev,
 		rpctypes.ErrPermissionDenied, rpctypes.ErrAuthFailed, rpctypes.ErrInvalidAuthToken,
 		rpctypes.ErrUserEmpty, rpctypes.ErrNoLeader, rpctypes.ErrNotCapable, rpctypes.ErrAuthOldRevision,
+		rpctypes.ErrNoSpace, // see noSpace: the writes that can tell settle it by a read
 	} {
 		if errors.Is(err, definite) {
 			return false
@@ -378,6 +417,55 @@ func ambiguous(err error) bool {
 		}
 	}
 	return true
+}
+
+// noSpace reports whether err is etcd's refusal for lack of space: its
+// NOSPACE alarm is raised (every request that puts a key is refused before it
+// is applied), or the request would cross the space quota.
+//
+// The second case is not always a refusal: etcd applies a transaction whose
+// put crosses the quota and answers NOSPACE all the same (it then raises the
+// alarm). So a write that can tell whether it landed (the thread writes, by
+// the nonce of the thread record; AcquireWriter, by the owner token) reads
+// once after such an answer (reads are served under the alarm) and reports
+// success when it finds its own write, ErrStoreFull otherwise; nothing else
+// can apply the write later, since etcd answered after applying or refusing
+// it. The other writes (staged chunks and claims under an etcd lease, the
+// sweeper's records) leave nothing visible when they land this way: what
+// they put is ended with its lease, or settled by the next sweep, as after
+// a crash.
+func noSpace(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, rpctypes.ErrNoSpace) || errors.Is(err, rpctypes.ErrGRPCNoSpace) {
+		return true
+	}
+	if st, ok := status.FromError(err); ok {
+		return st.Code() == codes.ResourceExhausted && st.Message() == rpctypes.ErrNoSpace.Error()
+	}
+	return false
+}
+
+// storeFull returns the coded refusal of op for etcd's NOSPACE answer err.
+func storeFull(op string, err error) error {
+	return &cairn.Error{Code: cairn.CodeStoreFull, Err: err, Message: op +
+		" refused: etcd is out of space (NOSPACE alarm); nothing was written. Free space: docs/operations.md"}
+}
+
+// definite turns a NOSPACE answer that reached the end of a write into
+// ErrStoreFull. Coded errors (the contract's, ErrStoreFull) and unknown
+// outcomes (an earlier attempt's answer was lost) are left as they are.
+// Every write method defers it on its named error.
+func definite(op string, err *error) {
+	if *err == nil || cairn.CodeOf(*err) != "" || !noSpace(*err) {
+		return
+	}
+	var uo *UnknownOutcomeError
+	if errors.As(*err, &uo) {
+		return
+	}
+	*err = storeFull(op, *err)
 }
 
 // withTimeout bounds best-effort cleanup that must not depend on the caller's

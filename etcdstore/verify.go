@@ -91,7 +91,8 @@ func (r VerifyReport) OK() bool { return len(r.Problems) == 0 }
 
 // Verify reads the whole store at one etcd revision and checks its invariants:
 // each thread's head exists, its checkpoints form one chain from the head down
-// to the prune floor, each live checkpoint has its index record, a complete
+// to the prune floor (or to a parent pruned under the alarm, with nothing
+// older live), each live checkpoint has its index record, a complete
 // body that decodes to the checkpoint its keys name, and reference records that
 // hold exactly its distinct blob keys; no reference record, body chunk or
 // transcript chunk belongs to nothing. Because a key's reference count is the
@@ -381,6 +382,9 @@ func (v *verifier) thread(t string) error {
 				break
 			}
 			p, found := bySeq[r.m.ParentSeq]
+			if !found && !liveBelow(bySeq, r.m.ParentSeq) {
+				break // pruned under the alarm (KeepNewestUnderAlarm): nothing older is live
+			}
 			if !found || p.id != r.m.ParentID {
 				v.problem("broken-chain", t, r.id, string(r.kv.Key), "parent %q (sequence %d) is missing", r.m.ParentID, r.m.ParentSeq)
 			}
@@ -571,7 +575,7 @@ func (v *verifier) refChunks(t, id, key string, root keys.Digest, want []string)
 	r, err := v.s.root(v.ctx, root)
 	var got map[string][]byte
 	if err == nil {
-		got, err = v.s.fetchObjects(v.ctx, r.refDigests())
+		got, err = v.s.fetchParts(v.ctx, r.refs)
 	}
 	if err != nil {
 		v.problem("missing-object", t, id, key, "%v", err)
@@ -621,4 +625,16 @@ func count(list []string, k string) int {
 		}
 	}
 	return n
+}
+
+// liveBelow reports whether a live checkpoint record of bySeq has a sequence
+// number below seq. A chain may end at a parent that is gone only when none
+// has: a prune under the alarm deletes the oldest checkpoints first.
+func liveBelow[V any](bySeq map[uint64]V, seq uint64) bool {
+	for s := range bySeq {
+		if s < seq {
+			return true
+		}
+	}
+	return false
 }

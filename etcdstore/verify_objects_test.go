@@ -137,6 +137,7 @@ func (f *verifyFixture) restoreLeftovers(t *testing.T) {
 // afterwards the problems are all still there, the garbage is gone, and the
 // live checkpoints still read back as they were written.
 func TestVerifyObjectLayoutDamage(t *testing.T) {
+	writeUnpacked(t)
 	type want = finding
 	cases := []struct {
 		name     string

@@ -108,9 +108,16 @@ func TestVerifyFindsDamage(t *testing.T) {
 			cli.Put(ctx, string(r.Kvs[0].Key), string(r.Kvs[0].Value)+"x")
 		}, "bad-body"},
 		{"LostParent", func(ctx context.Context, cli *clientv3.Client, l keys.Layout) {
+			// The middle checkpoint: an older one is still live.
+			r, _ := cli.Get(ctx, string(l.Checkpoints("t")), clientv3.WithPrefix(), clientv3.WithLimit(2))
+			cli.Delete(ctx, string(r.Kvs[1].Key))
+		}, "broken-chain"},
+		{"LostOldestRecordOnly", func(ctx context.Context, cli *clientv3.Client, l keys.Layout) {
+			// A chain may end at a parent pruned under the alarm, which
+			// deletes its reference records too: left, they are orphans.
 			r, _ := cli.Get(ctx, string(l.Checkpoints("t")), clientv3.WithPrefix(), clientv3.WithLimit(1))
 			cli.Delete(ctx, string(r.Kvs[0].Key))
-		}, "broken-chain"},
+		}, "orphan-reference-record"},
 	}
 	srv, _ := embedetcd.ForTest(t)
 	for i, c := range cases {

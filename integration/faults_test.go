@@ -317,6 +317,31 @@ func (c *campaign) runWorkload(d time.Duration, cfg workloadConfig, during func(
 	return duringErr
 }
 
+// report fails t for every finding of r: content, linearizability and
+// fences, and logs what was checked.
+func (r checkResult) report(t *testing.T) {
+	t.Helper()
+	for _, f := range r.findings {
+		t.Errorf("content: %s", f)
+	}
+	switch r.lin.Verdict {
+	case porcupine.Ok:
+		t.Logf("linearizable: %d operations", r.ops)
+	default:
+		t.Errorf("history is not linearizable (%s); visualization: %s %v", r.lin.Verdict, r.lin.Visualization, r.lin.VisualizationErr)
+	}
+	t.Logf("fences: %d committed writes, %d claims and %d acquires checked", r.fences.Writes, r.fences.Claims, r.fences.Acquires)
+	for _, v := range r.fences.Violations {
+		t.Errorf("fence: %s", v)
+	}
+	for _, u := range r.fences.Unknown {
+		t.Errorf("fence: a committed write no recorded operation sent: %s", u)
+	}
+	for _, u := range r.fences.Unattributed {
+		t.Errorf("fence: records written outside every checked write: %s", u)
+	}
+}
+
 // checkResult is what checkAll found.
 type checkResult struct {
 	lin      lincheck.Result
@@ -419,25 +444,7 @@ func faultCampaign(t *testing.T, cluster *harness.Cluster, prefix string, object
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range res.findings {
-		t.Errorf("content: %s", f)
-	}
-	switch res.lin.Verdict {
-	case porcupine.Ok:
-		t.Logf("linearizable: %d operations", res.ops)
-	default:
-		t.Errorf("history is not linearizable (%s); visualization: %s %v", res.lin.Verdict, res.lin.Visualization, res.lin.VisualizationErr)
-	}
-	t.Logf("fences: %d committed writes, %d claims and %d acquires checked", res.fences.Writes, res.fences.Claims, res.fences.Acquires)
-	for _, v := range res.fences.Violations {
-		t.Errorf("fence: %s", v)
-	}
-	for _, u := range res.fences.Unknown {
-		t.Errorf("fence: a committed write no recorded operation sent: %s", u)
-	}
-	for _, u := range res.fences.Unattributed {
-		t.Errorf("fence: records written outside every checked write: %s", u)
-	}
+	res.report(t)
 	if res.fences.Writes == 0 || res.fences.Acquires == 0 {
 		t.Errorf("the fence check saw %d writes and %d acquires; want both > 0", res.fences.Writes, res.fences.Acquires)
 	}

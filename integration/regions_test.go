@@ -29,7 +29,13 @@ func TestRegions(t *testing.T) {
 	}
 	c := startRegions(t)
 	t.Run("TestBed", func(t *testing.T) { regionsTestBed(t, c) })
+	t.Run("LocalReads", func(t *testing.T) { regionLocalReads(t, c) })
+	t.Run("Costs", func(t *testing.T) { regionCosts(t, c) })
+	t.Run("Campaign", func(t *testing.T) { regionCampaign(t, c) })
+	t.Run("Jitter", func(t *testing.T) { regionJitter(t, c) })
 	t.Run("CutOff", func(t *testing.T) { regionCutOff(t, c) })
+	t.Run("LeaderCutOff", func(t *testing.T) { regionLeaderCutOff(t, c) })
+	t.Run("Topology", func(t *testing.T) { regionTopology(t, c) })
 }
 
 func regionsTestBed(t *testing.T, c *harness.Cluster) {
@@ -143,7 +149,9 @@ func moveLeaderTo(t *testing.T, ctx context.Context, c *harness.Cluster, m *harn
 }
 
 // regionCutOff blackholes region C's member while writers run in every
-// region. C's writes fail within their deadline and never report success; A
+// region. C's writes fail within their deadline and never report success,
+// while its Gets of checkpoints committed before the cut are still answered
+// by its own member; A
 // and B keep appending; a writer in A takes over C's thread once its lease
 // expired (by A's clock; C's record's etcd lease also ends on the leader's
 // timer, since C's keep-alives cannot reach it); after the heal, the old
@@ -162,7 +170,7 @@ func regionCutOff(t *testing.T, c *harness.Cluster) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { cli.Close() })
-		s, err := etcdstore.New(cli, "regions/", etcdstore.Options{Options: cairn.Options{LeaseDuration: lease, RenewAfter: lease / 3}})
+		s, err := etcdstore.New(cli, "regions/", etcdstore.Options{Options: cairn.Options{LeaseDuration: lease, RenewAfter: lease / 3}, LocalReads: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -206,6 +214,19 @@ func regionCutOff(t *testing.T, c *harness.Cluster) {
 		t.Fatal("an append in the cut-off region reported success")
 	}
 	t.Logf("region C's append failed after %v: %v", time.Since(start).Round(time.Millisecond), err)
+	// C still serves what was committed before the cut, from its own member.
+	servedBefore, _ := stores["C"].LocalReadCounts()
+	for _, id := range []string{"A-0", "B-0", "C-0"} {
+		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+		cp, err := stores["C"].Get(rctx, id)
+		rcancel()
+		if err != nil || cp == nil {
+			t.Errorf("Get(%s) in the cut-off region = %v, %v", id, cp, err)
+		}
+	}
+	if served, _ := stores["C"].LocalReadCounts(); served-servedBefore != 3 {
+		t.Errorf("the cut-off region served %d of 3 Gets of checkpoints committed before the cut locally", served-servedBefore)
+	}
 	for _, r := range []string{"A", "B"} {
 		for i := 1; i <= 3; i++ {
 			if _, err := leases[r].Renew(ctx); err != nil {

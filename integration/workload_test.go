@@ -105,6 +105,29 @@ type campaign struct {
 	artifacts string
 	// skewed, when set, gives every client a clock of its own (skewClocks).
 	skewed bool
+	// localReads is etcdstore.Options.LocalReads of the stores created
+	// after useLocalReads.
+	localReads bool
+}
+
+// useLocalReads makes the stores created after it answer Gets from their
+// member's state where they can (etcdstore.Options.LocalReads).
+func (c *campaign) useLocalReads() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.localReads = true
+}
+
+// localReadCounts sums the Gets the campaign's stores answered locally and
+// those that fell back.
+func (c *campaign) localReadCounts() (served, fellBack int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.stores {
+		a, b := s.LocalReadCounts()
+		served, fellBack = served+a, fellBack+b
+	}
+	return served, fellBack
 }
 
 // skewClocks gives every client created after it a clock of its own: the
@@ -153,7 +176,7 @@ func (c *campaign) newStoreWith(member int, now func() float64) *etcdstore.Store
 	s, err := etcdstore.New(c.clients[member%len(c.clients)], c.prefix, etcdstore.Options{
 		Options: cairn.Options{Now: now, LeaseDuration: leaseDuration, RenewAfter: renewAfter},
 		Logger:  slog.New(c.logs),
-		Objects: c.objects, InlineLimit: campaignInlineLimit,
+		Objects: c.objects, InlineLimit: campaignInlineLimit, LocalReads: c.localReads,
 	})
 	if err != nil {
 		c.t.Fatal(err)

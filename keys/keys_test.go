@@ -164,7 +164,7 @@ func FuzzLayoutIsolation(f *testing.F) {
 		ranges2 := [][]byte{l2.ThreadData(t2), l2.Thread(t2), l2.RefThread(3, t2)}
 		keys1 := [][]byte{
 			l1.Checkpoint(t1, 1, "id"), l1.Chunk(t1, 1, keys.Nonce{}, 0), l1.Transcript(t1), l1.WriterOwner(t1),
-			l1.WriterExpiry(t1), l1.Thread(t1), l1.Ref(3, t1, 1, keys.Nonce{}, 0),
+			l1.WriterExpiry(t1), l1.ReadPermit(t1), l1.Thread(t1), l1.Ref(3, t1, 1, keys.Nonce{}, 0),
 			l1.Claim(keys.Blob{NS: 1}, t1, 1), l1.GCRecord(keys.Blob{}),
 		}
 		for _, k := range keys1 {

@@ -35,6 +35,7 @@ const (
 	subTranscriptChunk = 'M'
 	subWriterOwner     = 'w'
 	subWriterExpiry    = 'x'
+	subReadPermit      = 'p'
 )
 
 // Layout builds the etcd keys of one store. All keys start with the store's
@@ -175,6 +176,12 @@ func (l Layout) WriterOwner(thread string) []byte { return l.threadData(thread, 
 // lease, encoded with AppendFloat64.
 func (l Layout) WriterExpiry(thread string) []byte { return l.threadData(thread, subWriterExpiry, 0) }
 
+// ReadPermit returns the key of a thread's read permit: while a member's
+// state holds it, that member may serve the thread's checkpoint records
+// without asking the leader (etcdstore's local reads). A deletion of
+// checkpoints removes it first and waits for every member to apply that.
+func (l Layout) ReadPermit(thread string) []byte { return l.threadData(thread, subReadPermit, 0) }
+
 // Index returns the key that records where a checkpoint id lives.
 func (l Layout) Index(id string) []byte {
 	return AppendString(l.key(tagIndex, len(id)+2), id)
@@ -257,4 +264,48 @@ func (l Layout) DecodeRef(key []byte) (RefKey, error) {
 	copy(r.Nonce[:], rest)
 	r.Part = int(binary.BigEndian.Uint16(rest[NonceLen:]))
 	return r, nil
+}
+
+// Kind names the kind of record key is, for reports of what holds space:
+// "thread", "checkpoint", "chunk", "transcript", "writer", "index", "ref",
+// "instance", "lock", "gc", "claim", "thread-other", or "" for a key outside
+// the layout or of no known kind.
+func (l Layout) Kind(key []byte) string {
+	n := len(l.root)
+	if len(key) <= n || string(key[:n]) != string(l.root) {
+		return ""
+	}
+	switch key[n] {
+	case tagThread:
+		return "thread"
+	case tagRef:
+		return "ref"
+	case tagIndex:
+		return "index"
+	case tagInstance:
+		return "instance"
+	case tagLock:
+		return "lock"
+	case tagGC:
+		return "gc"
+	case tagClaim:
+		return "claim"
+	case tagThreadData:
+		_, rest, err := DecodeString(key[n+1:])
+		if err != nil || len(rest) == 0 {
+			return ""
+		}
+		switch rest[0] {
+		case subCheckpoint:
+			return "checkpoint"
+		case subChunk:
+			return "chunk"
+		case subTranscript, subTranscriptChunk:
+			return "transcript"
+		case subWriterOwner, subWriterExpiry:
+			return "writer"
+		}
+		return "thread-other"
+	}
+	return ""
 }

@@ -89,6 +89,10 @@ type PruneReport struct {
 	Plans []ThreadPlan `json:"plans"`
 	// Busy are the threads skipped because another writer held their lease.
 	Busy []string `json:"busy"`
+	// UnderAlarm counts the threads pruned with deletes only
+	// (cairn.AlarmPruner) because the store was full (cairn.ErrStoreFull):
+	// their writer lease could not be taken.
+	UnderAlarm int `json:"underAlarm,omitempty"`
 	// Released counts, by blob key, the references the removals dropped;
 	// a dry run's sweep (Options.Released) subtracts them.
 	Released map[string]int `json:"-"`
@@ -106,6 +110,7 @@ func (r PruneReport) LogValue() slog.Value {
 		slog.Int("threads_deleted", r.ThreadsDeleted),
 		slog.Int("protected", r.Protected),
 		slog.Int("busy", len(r.Busy)),
+		slog.Int("under_alarm", r.UnderAlarm),
 		slog.String("duration", r.Duration.String()),
 	)
 }
@@ -284,6 +289,11 @@ func (p *pruner) thread(ctx context.Context, thread string, plan func(head strin
 			}
 			return tp, p.remove(ctx, w, &tp)
 		})
+		if errors.Is(err, cairn.ErrStoreFull) {
+			if ap, ok := p.store.(cairn.AlarmPruner); ok {
+				tp, err = p.underAlarm(ctx, ap, thread, decide)
+			}
+		}
 	}
 	switch {
 	case errors.Is(err, cairn.ErrWriterConflict):
@@ -311,6 +321,29 @@ func (p *pruner) thread(ctx context.Context, thread string, plan func(head strin
 	p.log.InfoContext(ctx, msg, "phase", "prune", "thread", thread, "removed", len(tp.Removed), "protected", tp.Protected)
 	p.log.DebugContext(ctx, "checkpoints removed", "phase", "prune", "thread", thread, "checkpoints", tp.Removed)
 	return nil
+}
+
+// underAlarm plans a thread again and carries the plan out with deletes
+// only (cairn.AlarmPruner), for a store that refused the writer lease or the
+// prune with cairn.ErrStoreFull. A plan to delete the thread (idle) keeps its
+// head instead: deleting the thread writes its record. The removed ids are
+// the store's answer.
+func (p *pruner) underAlarm(ctx context.Context, ap cairn.AlarmPruner, thread string, decide func() (ThreadPlan, error)) (ThreadPlan, error) {
+	tp, err := decide()
+	if err != nil || len(tp.Removed) == 0 {
+		return tp, err
+	}
+	keep := tp.Keep
+	if tp.DeleteThread {
+		tp.DeleteThread, keep = false, 1
+	}
+	ids, err := ap.KeepNewestUnderAlarm(ctx, thread, keep)
+	p.rep.UnderAlarm++
+	p.log.InfoContext(ctx, "thread pruned with deletes only: the store is full", "phase", "prune", "thread", thread, "removed", len(ids))
+	if !slices.Equal(ids, tp.Removed) {
+		tp.Removed = ids
+	}
+	return tp, err
 }
 
 // remove carries out tp with the writer w. The removed ids are the store's

@@ -32,7 +32,7 @@ func main() {
 		return
 	}
 	quick := flag.Bool("quick", false, "run the quick configuration: fewer rounds and smaller sizes")
-	only := flag.String("only", "", "comma-separated workloads to run (B1 to B11, BC, B16); empty runs all")
+	only := flag.String("only", "", "comma-separated workloads to run (B1 to B11, B16, B20, BC); empty runs all")
 	b10cmd := flag.String("b10-cmd", "", "command B10 also runs against its cairnd, space-separated (gets CAIRN_BENCH_URL, _TOKEN, _ENTRIES, _APPENDS; prints \"append_p50_ms <ms>\")")
 	rounds := flag.Int("rounds", 0, "rounds per workload (0 keeps the configuration's)")
 	profile := flag.String("cpuprofile", "", "directory for a CPU profile of each round of each side (cairn, baseline, reference1, ...)")

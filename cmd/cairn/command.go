@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/bucket"
 	"github.com/cairnstore/cairn/etcdstore"
@@ -43,13 +45,14 @@ type command struct {
 // call is one run of a command: its arguments and, once open has been
 // called, the store.
 type call struct {
-	p     proc
-	args  []string
-	set   *cli.Set
-	conn  *conn
-	store *etcdstore.Store
-	blobs *bucket.S3
-	close func()
+	p      proc
+	args   []string
+	set    *cli.Set
+	conn   *conn
+	store  *etcdstore.Store
+	client *clientv3.Client // the store's etcd client
+	blobs  *bucket.S3
+	close  func()
 }
 
 // open opens the store; a command calls it once it has checked its own flags
@@ -59,7 +62,7 @@ func (k *call) open(ctx context.Context) error {
 }
 
 // commands are the subcommands, in the order cairn --help lists them.
-var commands = []*command{captureCmd, restoreCmd, logCmd, threadsCmd, showCmd, diffCmd, forkCmd, verifyCmd, devCmd}
+var commands = []*command{captureCmd, restoreCmd, logCmd, threadsCmd, showCmd, diffCmd, forkCmd, verifyCmd, doctorCmd, devCmd}
 
 func lookup(name string) *command {
 	for _, c := range commands {
@@ -131,7 +134,7 @@ func (c *conn) open(ctx context.Context, k *call) error {
 		client.Close()
 		return fmt.Errorf("open the store: %w", err)
 	}
-	k.store, k.blobs = store, blobs
+	k.store, k.client, k.blobs = store, client, blobs
 	k.close = func() {
 		store.Close()
 		blobs.Close()

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/internal/childproc"
 )
 
 // binary is the cairn command built once by TestMain.
@@ -41,7 +42,9 @@ func TestMain(m *testing.M) {
 	if code == 0 {
 		// The seeding of TestInspect runs etcd and S3 clients in the
 		// process; they must all be gone.
-		if err := goleak.Find(); err != nil {
+		// The goroutine that starts helper servers (s3test, for TestDoctor)
+		// lives as long as the process.
+		if err := goleak.Find(goleak.IgnoreTopFunction(childproc.Spawner)); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}
@@ -112,7 +115,7 @@ func (d *dev) log() string {
 // export lines. t.Cleanup kills it unless the test stopped it.
 func startDev(t *testing.T, dir string) *dev {
 	t.Helper()
-	cmd := exec.Command(binary, "dev", "--data", dir, "--etcd-listen", "127.0.0.1:0", "--s3-listen", "127.0.0.1:0")
+	cmd := exec.Command(binary, "dev", "--data", dir, "--etcd-listen", "127.0.0.1:0", "--s3-listen", "127.0.0.1:0", "--console-listen", "127.0.0.1:0")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -351,7 +354,7 @@ func TestDevBusyPort(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { busy.Close() })
-	r := runCairn(t, nil, "dev", "--data", t.TempDir(), "--etcd-listen", "127.0.0.1:0", "--s3-listen", busy.Addr().String())
+	r := runCairn(t, nil, "dev", "--data", t.TempDir(), "--etcd-listen", "127.0.0.1:0", "--s3-listen", busy.Addr().String(), "--console-listen", "127.0.0.1:0")
 	if r.code != exitFailure || !strings.Contains(r.stderr, busy.Addr().String()) || !strings.Contains(r.stderr, "--s3-listen") {
 		t.Errorf("cairn dev on a busy port: %v, want exit 1 naming the address and the flag", r)
 	}

@@ -20,9 +20,19 @@ import (
 // the bucket (which the sweep itself does not read: it counts the reference
 // chunks), --verify reports the missing object and exits 4.
 func verifyObjects(t *testing.T, w *world) {
+	t.Run("Unpacked", func(t *testing.T) { verifyObjectsOf(t, w, true) })
+	t.Run("Packed", func(t *testing.T) { verifyObjectsOf(t, w, false) })
+}
+
+// verifyObjectsOf appends a checkpoint of the capacity layout, unpacked
+// (root version 2) or packed, runs the sweeper with --verify, then deletes
+// an object the checkpoint needs and runs it again: with a leaf gone, Verify
+// reports it; with the pack gone (which holds the reference chunks too),
+// the sweep fails closed before it deletes anything, naming the pack.
+func verifyObjectsOf(t *testing.T, w *world, unpacked bool) {
 	tn := w.newTenant(t)
 	ctx := t.Context()
-	store, err := etcdstore.New(w.client, tn.prefix, etcdstore.Options{Objects: tn.blobs})
+	store, err := etcdstore.New(w.client, tn.prefix, etcdstore.Options{Objects: tn.blobs, Unpacked: unpacked})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,13 +66,13 @@ func verifyObjects(t *testing.T, w *world) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(data) > 0 && data[0] == 'L' {
+		if len(data) > 0 && (data[0] == 'L' || data[0] == 'P') { // a leaf, or the pack that holds the leaves
 			leaf = k
 			break
 		}
 	}
 	if leaf == "" {
-		t.Fatalf("the checkpoint wrote no leaf object; bucket: %v", tn.keys(t))
+		t.Fatalf("the checkpoint wrote no leaf or pack object; bucket: %v", tn.keys(t))
 	}
 
 	p := w.run(t, tn.args("--once", "--older-than=0s", "--verify", "--log-format=json"), tn.creds())
@@ -82,7 +92,17 @@ func verifyObjects(t *testing.T, w *world) {
 	if res, err := tn.blobs.Delete(ctx, []string{leaf}); err != nil || len(res.Deleted) != 1 {
 		t.Fatalf("delete %s: %+v, %v", leaf, res, err)
 	}
+	before := len(tn.keys(t))
 	p = w.run(t, tn.args("--once", "--older-than=0s", "--verify", "--log-format=json"), tn.creds())
+	if !unpacked {
+		if p.code != sidecar.ExitFailure || !strings.Contains(p.output(), "nothing deleted") || !strings.Contains(p.output(), leaf) {
+			t.Fatalf("exit code %d; want %d, failing closed and naming the missing pack %s; output:\n%s", p.code, sidecar.ExitFailure, leaf, p.output())
+		}
+		if n := len(tn.keys(t)); n != before {
+			t.Fatalf("the bucket holds %d keys after the failed run, %d before it", n, before)
+		}
+		return
+	}
 	if p.code != sidecar.ExitVerify {
 		t.Fatalf("exit code %d; want %d (verify problems); output:\n%s", p.code, sidecar.ExitVerify, p.output())
 	}
@@ -92,6 +112,6 @@ func verifyObjects(t *testing.T, w *world) {
 	}
 	equal(t, "kind", prob["kind"], any("missing-object"))
 	if !strings.Contains(fmt.Sprint(prob["detail"]), leaf) {
-		t.Errorf("the problem does not name the missing leaf %s: %v", leaf, prob)
+		t.Errorf("the problem does not name the missing object %s: %v", leaf, prob)
 	}
 }

@@ -47,6 +47,26 @@ func (c *countingObjects) Get(ctx context.Context, key string) ([]byte, error) {
 	return b, err
 }
 
+// GetRange counts a range read as one read of its bytes; a bucket without
+// range reads is read whole, and counted so.
+func (c *countingObjects) GetRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
+	rr, ok := c.ObjectStore.(bucket.RangeReader)
+	if !ok {
+		b, err := c.Get(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		if off+n > int64(len(b)) {
+			return nil, bucket.ErrInvalidRange
+		}
+		return b[off : off+n], nil
+	}
+	b, err := rr.GetRange(ctx, key, off, n)
+	c.gets.Add(1)
+	c.bytes.Add(int64(len(b)))
+	return b, err
+}
+
 // b11Walk is the cost of the online sweep's read of a store, the walk that
 // counts every reference: ReadBlobGC on a fresh store (its object cache
 // empty), as a sweeper run does it, with the objects it fetches counted.

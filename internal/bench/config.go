@@ -8,7 +8,7 @@ import (
 )
 
 // Workloads lists the workload names in the order Run runs them.
-var Workloads = []string{"B1", "B2", "B3", "BC", "B4", "B5", "B6", "B7", "B8", "B9", "B10", "B11", "B16"}
+var Workloads = []string{"B1", "B2", "B3", "BC", "B4", "B5", "B6", "B7", "B8", "B9", "B10", "B11", "B16", "B20"}
 
 // Config sizes a run. Full and Quick return the two standard ones.
 type Config struct {
@@ -127,8 +127,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("B10 needs at least 1 append")
 	case c.B7Files < 1 || c.B7Bytes < int64(c.B7Files):
 		return fmt.Errorf("B7 needs at least 1 file and a byte a file")
-	case c.B11Threads < 1 && c.selected("B11"):
-		return fmt.Errorf("B11 needs at least 1 thread")
+	case c.B11Threads < 1 && (c.selected("B11") || c.selected("B20")):
+		return fmt.Errorf("B11 and B20 need at least 1 thread")
 	case c.B16Kept < 100 && c.selected("B16"):
 		return fmt.Errorf("B16 needs at least 100 kept checkpoints")
 	}

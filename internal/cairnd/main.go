@@ -28,6 +28,7 @@ import (
 	"github.com/cairnstore/cairn/etcdstore"
 	"github.com/cairnstore/cairn/internal/buildinfo"
 	"github.com/cairnstore/cairn/internal/cli"
+	"github.com/cairnstore/cairn/internal/console"
 	"github.com/cairnstore/cairn/internal/devstack"
 	"github.com/cairnstore/cairn/internal/server"
 )
@@ -73,10 +74,13 @@ type Config struct {
 	ProbeTimeout    time.Duration
 	TestClock       bool
 	ServeCollector  bool
-	Dev             bool
-	DevData         string
-	LogFormat       string
-	LogLevel        slog.Level
+	// LocalReads is etcdstore.Options.LocalReads for every tenant.
+	LocalReads   bool
+	Dev          bool
+	DevData      string
+	DevEtcdQuota int64
+	LogFormat    string
+	LogLevel     slog.Level
 
 	set *cli.Set
 }
@@ -110,8 +114,10 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (Config, er
 	s.Var(cli.Duration{D: &c.ProbeTimeout}, "probe-timeout", "deadline of the start-up checks of etcd and the bucket")
 	s.BoolVar(&c.TestClock, "test-clock", c.TestClock, "serve TestClockService: sessions whose clock the client sets (for conformance suites; never in production)")
 	s.BoolVar(&c.ServeCollector, "serve-collector", c.ServeCollector, "serve BlobCollectorService, the sweeper's side of the online sweep")
+	s.BoolVar(&c.LocalReads, "local-reads", c.LocalReads, "answer Get from the etcd member(s) of --etcd-endpoints without a round trip to the leader when they hold the checkpoint; deletions then wait for every member (docs/regions.md)")
 	s.BoolVar(&c.Dev, "dev", c.Dev, "run on an embedded etcd and a local S3 server (internal/devstack) on loopback; prints a token when none is given")
 	s.StringVar(&c.DevData, "dev-data", c.DevData, "data directory of --dev (default: a new temporary directory, deleted at exit)")
+	s.Int64Var(&c.DevEtcdQuota, "dev-etcd-quota", c.DevEtcdQuota, "space quota in bytes of --dev's etcd (0: etcd's default, 2 GiB); a small one lets tests meet etcd's NOSPACE alarm")
 	s.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")
 	s.Var(cli.Level{L: &c.LogLevel}, "log-level", "debug, info, warn or error")
 	s.Usage = func() {
@@ -144,6 +150,9 @@ Flags:
 	}
 	if c.TokensFile != "" && c.Tokens != "" {
 		return c, cli.Usagef("give --tokens-file or --tokens (%s), not both", cli.EnvName("tokens"))
+	}
+	if c.DevEtcdQuota < 0 || c.DevEtcdQuota > 0 && !c.Dev {
+		return c, cli.Usagef("--dev-etcd-quota must be 0 or more, and goes with --dev only")
 	}
 	if !c.Dev && c.TokensFile == "" && c.Tokens == "" {
 		return c, cli.Usagef("--tokens-file (or %s, or --tokens) is required: the tenants and their tokens", cli.EnvName("tokens-file"))
@@ -258,7 +267,7 @@ func run(cfg Config, log *slog.Logger, e Env) error {
 			return err
 		}
 		defer cleanup()
-		stack, err := devstack.Start(ctx, devstack.Options{Dir: dir})
+		stack, err := devstack.Start(ctx, devstack.Options{Dir: dir, EtcdQuotaBytes: cfg.DevEtcdQuota})
 		if err != nil {
 			return fmt.Errorf("--dev: %w", err)
 		}
@@ -277,7 +286,8 @@ func run(cfg Config, log *slog.Logger, e Env) error {
 		return err
 	}
 	defer client.Close()
-	opts := etcdstore.Options{Logger: log}
+	opts := etcdstore.Options{Logger: log, LocalReads: cfg.LocalReads}
+	var consoleBlobs console.Bucket
 	if cfg.S3.Bucket != "" {
 		blobs, err := cli.OpenBucket(ctx, cfg.S3, cfg.ProbeTimeout)
 		if err != nil {
@@ -285,6 +295,7 @@ func run(cfg Config, log *slog.Logger, e Env) error {
 		}
 		defer blobs.Close()
 		opts.Objects = blobs
+		consoleBlobs = blobs
 		if err := bindTenants(ctx, client, tenants, blobs, cfg.ProbeTimeout, log); err != nil {
 			return err
 		}
@@ -312,7 +323,31 @@ func run(cfg Config, log *slog.Logger, e Env) error {
 			log.Warn("closing the stores", "error", err)
 		}
 	}()
-	return serve(cfg, log, e, srv)
+	con, err := newConsole(srv, consoleBlobs, log)
+	if err != nil {
+		return err
+	}
+	defer con.Close()
+	return serve(cfg, log, e, srv, con)
+}
+
+// newConsole returns the read-only web console over the server's tenants
+// and stores.
+func newConsole(srv *server.Server, blobs console.Bucket, log *slog.Logger) (*console.Console, error) {
+	stores := make([]*etcdstore.Store, len(srv.Tenants()))
+	for i := range stores {
+		stores[i] = srv.Store(i)
+	}
+	return console.New(console.Config{Client: srv.Client(), Tenants: srv.Tenants(), Stores: stores, Blobs: blobs, Logger: log})
+}
+
+// Handler returns the handler cairnd serves: the console under
+// console.Prefix, the server's API and probes everywhere else.
+func Handler(srv *server.Server, con *console.Console) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(console.Prefix, con.Handler())
+	mux.Handle("/", srv.Handler())
+	return mux
 }
 
 // devDir returns the data directory of --dev and what removes it at exit.
@@ -330,9 +365,9 @@ func devDir(dir string) (string, func(), error) {
 // serve listens and serves until the first signal, then drains: /readyz
 // fails, the listener closes, and the requests in flight finish within the
 // shutdown timeout (or until a second signal).
-func serve(cfg Config, log *slog.Logger, e Env, srv *server.Server) error {
+func serve(cfg Config, log *slog.Logger, e Env, srv *server.Server, con *console.Console) error {
 	hs := &http.Server{
-		Handler:           srv.Handler(),
+		Handler:           Handler(srv, con),
 		ReadHeaderTimeout: 10 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -361,7 +396,8 @@ func serve(cfg Config, log *slog.Logger, e Env, srv *server.Server) error {
 	}
 	done := make(chan error, 1)
 	go func() { done <- serveOn(l) }()
-	log.Info("serving the Connect API, /healthz, /readyz and /metrics", "address", scheme+"://"+l.Addr().String(),
+	log.Info("serving the Connect API, /healthz, /readyz, /metrics and the console", "address", scheme+"://"+l.Addr().String(),
+		"console", scheme+"://"+l.Addr().String()+console.Prefix,
 		"tenants", len(srv.Tenants()), "client_certificates", cfg.TLSClientCA != "")
 	if e.Listening != nil {
 		e.Listening(l.Addr().String())

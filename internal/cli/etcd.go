@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -153,6 +154,20 @@ func EtcdAuthWarning(ctx context.Context, client *clientv3.Client, e Etcd) strin
 		e.User, RedactURLs(strings.Join(e.Endpoints, ",")))
 }
 
+// TLSConfig returns the TLS configuration of e's client settings, or nil
+// when e uses none.
+func (e Etcd) TLSConfig() (*tls.Config, error) {
+	if e.CACert == "" && e.Cert == "" {
+		return nil, nil
+	}
+	tlsInfo := transport.TLSInfo{CertFile: e.Cert, KeyFile: e.Key, TrustedCAFile: e.CACert}
+	tc, err := tlsInfo.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("etcd TLS settings (--etcd-cacert, --etcd-cert, --etcd-key): %w", err)
+	}
+	return tc, nil
+}
+
 // ConnectEtcd returns a client of the etcd that e describes, after checking
 // within probe that etcd answers a read under the keys of prefix (an
 // etcdstore prefix). Its errors say whether etcd is unreachable, rejected the
@@ -166,14 +181,11 @@ func ConnectEtcd(ctx context.Context, e Etcd, prefix string, probe time.Duration
 		Password:    e.Password,
 		Logger:      zap.NewNop(),
 	}
-	if e.CACert != "" || e.Cert != "" {
-		tlsInfo := transport.TLSInfo{CertFile: e.Cert, KeyFile: e.Key, TrustedCAFile: e.CACert}
-		tc, err := tlsInfo.ClientConfig()
-		if err != nil {
-			return nil, fmt.Errorf("etcd TLS settings (--etcd-cacert, --etcd-cert, --etcd-key): %w", err)
-		}
-		cc.TLS = tc
+	tc, err := e.TLSConfig()
+	if err != nil {
+		return nil, err
 	}
+	cc.TLS = tc
 	client, err := clientv3.New(cc)
 	if err != nil {
 		return nil, e.describe(err, prefix, probe)

@@ -71,6 +71,8 @@ type Options struct {
 	// NoFsync skips etcd's fsync, as tests do: data survives a clean Close
 	// but not a power loss.
 	NoFsync bool
+	// EtcdQuotaBytes is etcd's space quota; 0 selects etcd's default.
+	EtcdQuotaBytes int64
 }
 
 // Stack is a running development store. Its fields say how to reach it.
@@ -164,7 +166,8 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 		SecretAccessKey: SecretAccessKey,
 	}
 
-	etcd, err := embedetcd.Start(ctx, embedetcd.Config{Dir: filepath.Join(opts.Dir, "etcd"), NoFsync: opts.NoFsync, ClientAddr: opts.EtcdAddr})
+	etcd, err := embedetcd.Start(ctx, embedetcd.Config{Dir: filepath.Join(opts.Dir, "etcd"), NoFsync: opts.NoFsync, ClientAddr: opts.EtcdAddr,
+		QuotaBackendBytes: opts.EtcdQuotaBytes})
 	if err != nil {
 		s.Close()
 		return nil, fmt.Errorf("devstack: etcd on %s: %w", orFree(opts.EtcdAddr), err)

@@ -11,7 +11,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,6 +41,10 @@ type Config struct {
 	// apart as clusters (a store's cairn.Binding names the cluster id) need
 	// distinct tokens.
 	ClusterToken string
+	// QuotaBackendBytes is the space quota of the member's database; 0
+	// selects etcd's default (2 GiB). A small quota lets tests fill the
+	// member and meet its NOSPACE alarm.
+	QuotaBackendBytes int64
 }
 
 // Server is a running embedded etcd member.
@@ -61,6 +67,15 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	client := loopback
 	if cfg.ClientAddr != "" {
 		client.Host = cfg.ClientAddr
+	} else {
+		// The member advertises the address it listens on (a store that
+		// waits for every member to apply a revision dials the advertised
+		// URLs), so it is a real port, not ":0".
+		addr, err := freeLoopback()
+		if err != nil {
+			return nil, err
+		}
+		client.Host = addr
 	}
 	ec.ListenClientUrls = []url.URL{client}
 	ec.AdvertiseClientUrls = []url.URL{client}
@@ -71,8 +86,19 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		ec.InitialClusterToken = cfg.ClusterToken
 	}
 	ec.UnsafeNoFsync = cfg.NoFsync
+	ec.QuotaBackendBytes = cfg.QuotaBackendBytes
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	e, err := embed.StartEtcd(ec)
+	for try := 1; err != nil && cfg.ClientAddr == "" && strings.Contains(err.Error(), "address already in use") && try < 5; try++ {
+		// Another process took the free port in the meantime: pick another.
+		addr, ferr := freeLoopback()
+		if ferr != nil {
+			return nil, ferr
+		}
+		client.Host = addr
+		ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
+		e, err = embed.StartEtcd(ec)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("embedetcd: start: %w", err)
 	}
@@ -90,6 +116,16 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		s.endpoints = append(s.endpoints, l.Addr().String())
 	}
 	return s, nil
+}
+
+// freeLoopback returns a loopback address whose port was free a moment ago.
+func freeLoopback() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("embedetcd: find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
 }
 
 // Endpoints returns the client addresses, as host:port.
@@ -116,11 +152,19 @@ func (s *Server) Close() { s.e.Close() }
 // its own), and returns it with a client. Both are closed by t.Cleanup.
 func ForTest(t testing.TB) (*Server, *clientv3.Client) {
 	t.Helper()
+	return ForTestWith(t, Config{})
+}
+
+// ForTestWith is ForTest with cfg's QuotaBackendBytes and Name; the other
+// fields are ForTest's.
+func ForTestWith(t testing.TB, cfg Config) (*Server, *clientv3.Client) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var token [8]byte
 	_, _ = rand.Read(token[:])
-	s, err := Start(ctx, Config{Dir: t.TempDir(), NoFsync: true, ClusterToken: "test-" + hex.EncodeToString(token[:])})
+	s, err := Start(ctx, Config{Dir: t.TempDir(), NoFsync: true, ClusterToken: "test-" + hex.EncodeToString(token[:]),
+		Name: cfg.Name, QuotaBackendBytes: cfg.QuotaBackendBytes})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -186,6 +186,13 @@ func (srv *Server) ready(w http.ResponseWriter, r *http.Request) {
 // Tenants returns the tenants the server serves.
 func (srv *Server) Tenants() []Tenant { return srv.tenants }
 
+// Store returns the store of tenant i (an index into Tenants), for the
+// console's reads.
+func (srv *Server) Store(i int) *etcdstore.Store { return srv.stores[i].Store }
+
+// Client returns the etcd client the server reads and writes with.
+func (srv *Server) Client() *clientv3.Client { return srv.client }
+
 // Drain makes /readyz fail, so that load balancers stop sending requests;
 // the caller then shuts the HTTP server down, which waits for the requests
 // in flight.

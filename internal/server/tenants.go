@@ -99,6 +99,10 @@ func checkTenants(ts []Tenant) error {
 	return nil
 }
 
+// Authenticate returns the index of the tenant of ts whose token is token,
+// or -1 when there is none, in time that does not depend on which matched.
+func Authenticate(ts []Tenant, token string) int { return authenticate(ts, token) }
+
 // authenticate returns the index of the tenant whose token is token, or -1.
 // It hashes token once and compares the hash with every tenant's in
 // constant time, without stopping at a match, so the time taken says

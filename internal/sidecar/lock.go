@@ -203,7 +203,18 @@ func (h *heldLock) release(ctx context.Context) {
 func (l *locker) readStatus(ctx context.Context) (*Status, error) {
 	rctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	resp, err := l.client.Get(rctx, l.statusKey)
+	return readStatusAt(rctx, l.client, l.statusKey)
+}
+
+// ReadStatus returns the status record of the sweeper whose lock lives in
+// layout, or nil when there is none. It only reads. Errors are etcd's, or
+// one saying the record does not decode.
+func ReadStatus(ctx context.Context, client *clientv3.Client, layout keys.Layout) (*Status, error) {
+	return readStatusAt(ctx, client, string(layout.Locks())+LockName+"-status")
+}
+
+func readStatusAt(ctx context.Context, client *clientv3.Client, key string) (*Status, error) {
+	resp, err := client.Get(ctx, key)
 	if err != nil {
 		return nil, err
 	}

@@ -151,6 +151,7 @@ func run(hard, stop context.Context, cfg Config, log *slog.Logger, h *health, li
 	}
 	defer client.Close()
 	log.Info("etcd answers", "endpoints", cli.RedactURLs(strings.Join(cfg.Etcd.Endpoints, ",")))
+	metrics.WatchEtcd(client, cfg.Etcd.RequestTimeout)
 	actx, cancel := context.WithTimeout(stop, cfg.ProbeTimeout)
 	if w := cli.EtcdAuthWarning(actx, client, cfg.Etcd); w != "" {
 		log.Warn(w)

@@ -1,14 +1,18 @@
 package sidecar
 
 import (
+	"context"
 	"runtime/debug"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/cairnstore/cairn/etcdstore"
 	"github.com/cairnstore/cairn/internal/buildinfo"
+	"github.com/cairnstore/cairn/internal/etcdspace"
 	"github.com/cairnstore/cairn/sweep"
 )
 
@@ -17,7 +21,7 @@ const MetricPrefix = "cairn_sweeper_"
 
 // results are the values of the result label of runs_total, registered up
 // front so that every series exists from the start.
-var results = []string{"success", "partial", "failure", "interrupted", "lock_held", "lock_lost", "verify_problems", "uncovered"}
+var results = []string{"success", "partial", "failure", "interrupted", "lock_held", "lock_lost", "verify_problems", "uncovered", "under_alarm"}
 
 // Metrics are the sweeper's Prometheus metrics, on a registry of their own
 // that also carries the Go and process collectors.
@@ -64,7 +68,7 @@ func NewMetrics(dryRun bool) *Metrics {
 	m := &Metrics{
 		Registry: r,
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts(f("runs_total",
-			"Runs by result: success, partial (some blobs not deleted), failure, interrupted, lock_held, lock_lost, verify_problems, uncovered (the sweep refused: the bucket is bound to a prefix this sweeper does not serve).")), []string{"result"}),
+			"Runs by result: success, partial (some blobs not deleted), failure, interrupted, lock_held, lock_lost, verify_problems, uncovered (the sweep refused: the bucket is bound to a prefix this sweeper does not serve), under_alarm (etcd out of space: pruned with deletes only, swept nothing).")), []string{"result"}),
 		deleted: prometheus.NewCounter(prometheus.CounterOpts(f("deleted_blobs_total",
 			"Blobs deleted from the bucket (in a dry run: blobs that would have been deleted)."))),
 		freed: prometheus.NewCounter(prometheus.CounterOpts(f("freed_bytes_total",
@@ -183,16 +187,22 @@ func (m *Metrics) observe(rep RunReport, err error) {
 	if m == nil {
 		return
 	}
-	m.runs.WithLabelValues(Result(err)).Inc()
+	result := Result(err)
+	if rep.UnderAlarm && err == nil {
+		result = "under_alarm" // not a success: nothing was swept
+	}
+	m.runs.WithLabelValues(result).Inc()
 	now := time.Now()
 	m.lastRun.Set(float64(now.UnixNano()) / 1e9)
-	if err == nil {
+	if result == "success" {
 		m.lastSuccess.Set(float64(now.UnixNano()) / 1e9)
 	}
-	if !rep.Locked {
+	if !rep.Locked && !rep.UnderAlarm {
 		return
 	}
-	m.duration.Observe(rep.Duration.Seconds())
+	if rep.Locked {
+		m.duration.Observe(rep.Duration.Seconds())
+	}
 	policy := rep.Policy
 	if policy == "" {
 		policy = "default"
@@ -259,4 +269,70 @@ func (m *Metrics) observeMirror(st etcdstore.MirrorStats, rev int64) {
 	m.mirrorRebuilds.Set(float64(st.Rebuilds))
 	m.mirrorRestarts.Set(float64(st.WatchRestarts))
 	m.mirrorObjectReads.Set(float64(st.ObjectReads))
+}
+
+// WatchEtcd adds the space gauges of the cluster client talks to, read at
+// each scrape (etcdspace.Read, within timeout): per member, the database
+// size (what etcd compares with its quota), the size in use and the quota
+// (--quota-backend-bytes), and whether a NOSPACE alarm is raised. Alert
+// before the database reaches its quota: deploy/alerts.yml warns at 80%.
+func (m *Metrics) WatchEtcd(client *clientv3.Client, timeout time.Duration) {
+	m.Registry.MustRegister(&etcdSpace{client: client, timeout: timeout})
+}
+
+var (
+	etcdDBSize = prometheus.NewDesc(MetricPrefix+"etcd_db_size_bytes",
+		"Size of the etcd member's database file, the figure etcd compares with its quota (NOSPACE alarm when reached).", []string{"member"}, nil)
+	etcdDBInUse = prometheus.NewDesc(MetricPrefix+"etcd_db_size_in_use_bytes",
+		"Part of the etcd member's database that holds data; the rest is free pages a defragmentation gives back.", []string{"member"}, nil)
+	etcdDBQuota = prometheus.NewDesc(MetricPrefix+"etcd_db_quota_bytes",
+		"The etcd member's space quota (--quota-backend-bytes).", []string{"member"}, nil)
+	etcdNoSpace = prometheus.NewDesc(MetricPrefix+"etcd_nospace_alarm",
+		"1 while etcd's NOSPACE alarm is raised: etcd refuses every write that adds data, for every prefix.", nil, nil)
+	etcdStatusUp = prometheus.NewDesc(MetricPrefix+"etcd_status_up",
+		"1 when the last scrape read etcd's space status, 0 when it could not.", nil, nil)
+)
+
+// etcdSpace collects the space gauges at each scrape.
+type etcdSpace struct {
+	client  *clientv3.Client
+	timeout time.Duration
+}
+
+func (e *etcdSpace) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{etcdDBSize, etcdDBInUse, etcdDBQuota, etcdNoSpace, etcdStatusUp} {
+		ch <- d
+	}
+}
+
+func (e *etcdSpace) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
+	defer cancel()
+	st, err := etcdspace.Read(ctx, e.client)
+	up := 1.0
+	if err != nil {
+		up = 0
+	}
+	ch <- prometheus.MustNewConstMetric(etcdStatusUp, prometheus.GaugeValue, up)
+	for _, mem := range st.Members {
+		if mem.Err != "" {
+			continue
+		}
+		name := mem.Name
+		if name == "" {
+			name = strconv.FormatUint(mem.ID, 16)
+		}
+		ch <- prometheus.MustNewConstMetric(etcdDBSize, prometheus.GaugeValue, float64(mem.DBSize), name)
+		ch <- prometheus.MustNewConstMetric(etcdDBInUse, prometheus.GaugeValue, float64(mem.DBSizeInUse), name)
+		if mem.Quota > 0 {
+			ch <- prometheus.MustNewConstMetric(etcdDBQuota, prometheus.GaugeValue, float64(mem.Quota), name)
+		}
+	}
+	if err == nil {
+		alarm := 0.0
+		if st.Alarmed() {
+			alarm = 1
+		}
+		ch <- prometheus.MustNewConstMetric(etcdNoSpace, prometheus.GaugeValue, alarm)
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/cairnstore/cairn"
@@ -156,12 +157,16 @@ type RunReport struct {
 	Prune  sweep.PruneReport `json:"prune"`
 	// OtherPrunes are the prunes of RunOptions.Others, in their order, and
 	// OtherPolicies their policy names.
-	OtherPrunes   []sweep.PruneReport     `json:"otherPrunes,omitempty"`
-	OtherPolicies []string                `json:"otherPolicies,omitempty"`
-	Swept         bool                    `json:"swept"`
-	Sweep         sweep.Report            `json:"sweep"`
-	Verify        *etcdstore.VerifyReport `json:"verify,omitempty"`
-	Start         time.Time               `json:"start"`
+	OtherPrunes   []sweep.PruneReport `json:"otherPrunes,omitempty"`
+	OtherPolicies []string            `json:"otherPolicies,omitempty"`
+	// UnderAlarm says the run could not take the lock because etcd is out
+	// of space, and pruned with deletes only, without sweeping (see
+	// Sweeper.Run).
+	UnderAlarm bool                    `json:"underAlarm,omitempty"`
+	Swept      bool                    `json:"swept"`
+	Sweep      sweep.Report            `json:"sweep"`
+	Verify     *etcdstore.VerifyReport `json:"verify,omitempty"`
+	Start      time.Time               `json:"start"`
 	// Duration is the time from taking the lock to the end of the run.
 	Duration time.Duration `json:"duration"`
 }
@@ -188,6 +193,9 @@ func (s *Sweeper) Run(ctx, stop context.Context, mode LockMode) (RunReport, erro
 	held, err := s.lock.acquire(lctx, mode.Wait, mode.Timeout)
 	cancel()
 	if err != nil {
+		if errors.Is(err, rpctypes.ErrNoSpace) && !s.opts.DryRun && stop.Err() == nil {
+			return s.runUnderAlarm(ctx, stop, rep, log, err)
+		}
 		if stop.Err() != nil && ctx.Err() == nil {
 			err = fmt.Errorf("%w while waiting for the sweeper lock", ErrInterrupted)
 		}
@@ -232,6 +240,69 @@ func (s *Sweeper) Run(ctx, stop context.Context, mode LockMode) (RunReport, erro
 	return rep, err
 }
 
+// prunes runs the prune of every policy that has rules or a plan to apply,
+// the sweeper's own and the other prefixes', each on the store guard
+// returns for its own.
+func (s *Sweeper) prunes(ctx, stop context.Context, rep *RunReport, log *slog.Logger, clock func() time.Time, guard func(*etcdstore.Store) *etcdstore.Store) error {
+	interrupted := func(err error) error {
+		if errors.Is(err, etcdstore.ErrGuardFailed) {
+			err = fmt.Errorf("%w: a prune write found the lock gone: %w", ErrLockLost, err)
+		}
+		if err != nil && stop.Err() != nil && !errors.Is(err, ErrInterrupted) && !errors.Is(err, ErrLockLost) {
+			return fmt.Errorf("%w: %w", ErrInterrupted, err)
+		}
+		return err
+	}
+	if hasRule(s.opts.Policy) || s.opts.Apply != nil {
+		rep.Pruned = true
+		var err error
+		popts := s.opts.Policy.PruneOptions()
+		popts.Now, popts.DryRun, popts.Apply, popts.Logger = clock, s.opts.DryRun, s.opts.Apply, log
+		rep.Prune, err = sweep.Prune(ctx, &pruneStore{Store: guard(s.store), stop: stop}, popts)
+		if err = interrupted(err); err != nil {
+			return err
+		}
+	}
+	rep.OtherPrunes = make([]sweep.PruneReport, len(s.opts.Others))
+	for _, o := range s.opts.Others {
+		rep.OtherPolicies = append(rep.OtherPolicies, o.PolicyName)
+	}
+	for i, o := range s.opts.Others {
+		if !hasRule(o.Policy) && o.Apply == nil {
+			continue
+		}
+		popts := o.Policy.PruneOptions()
+		popts.Now, popts.DryRun, popts.Apply, popts.Logger = clock, s.opts.DryRun, o.Apply, log.With("policy", o.PolicyName)
+		var err error
+		rep.OtherPrunes[i], err = sweep.Prune(ctx, &pruneStore{Store: guard(o.Store), stop: stop}, popts)
+		if err = interrupted(err); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runUnderAlarm is the run of a sweeper that could not take its lock
+// because etcd is out of space (its NOSPACE alarm refuses the lock's etcd
+// lease and key): it prunes every policy's threads with deletes only
+// (cairn.AlarmPruner, through sweep.Prune), without the lock, and sweeps no
+// blob, since the online sweep's marks are puts. The lock serialises the
+// blob sweep, not the prunes: writers prune their own threads without it,
+// and a prune with deletes only is guarded by each thread's record (see
+// docs/design.md, "Out of space"). The run frees etcd's space for the
+// recovery (cairn doctor --recover); the next run after it sweeps.
+func (s *Sweeper) runUnderAlarm(ctx, stop context.Context, rep RunReport, log *slog.Logger, lockErr error) (RunReport, error) {
+	rep.UnderAlarm, rep.Start = true, time.Now()
+	log.Warn("etcd is out of space (NOSPACE alarm): the sweeper lock cannot be taken; pruning with deletes only, without the lock; no blob is swept this run",
+		"phase", "prune", "error", lockErr)
+	now := s.opts.Now()
+	err := s.prunes(ctx, stop, &rep, log, func() time.Time { return now }, func(st *etcdstore.Store) *etcdstore.Store { return st })
+	rep.Duration = time.Since(rep.Start)
+	s.metrics.observe(rep, err)
+	s.summary(ctx, log, rep, err)
+	return rep, err
+}
+
 // phases runs the prune, the sweep and the verification.
 func (s *Sweeper) phases(ctx, stop context.Context, held *heldLock, st *Status, rep *RunReport, log *slog.Logger) error {
 	interrupted := func(err error) error {
@@ -253,36 +324,9 @@ func (s *Sweeper) phases(ctx, stop context.Context, held *heldLock, st *Status, 
 		if s.beforePrune != nil {
 			s.beforePrune(ctx, held)
 		}
-		rep.Pruned = true
-		var err error
-		popts := s.opts.Policy.PruneOptions()
-		popts.Now, popts.DryRun, popts.Apply, popts.Logger = clock, s.opts.DryRun, s.opts.Apply, log
-		rep.Prune, err = sweep.Prune(ctx, &pruneStore{Store: guarded, stop: stop}, popts)
-		if errors.Is(err, etcdstore.ErrGuardFailed) {
-			err = fmt.Errorf("%w: a prune write found the lock gone: %w", ErrLockLost, err)
-		}
-		if err = interrupted(err); err != nil {
-			return err
-		}
 	}
-	rep.OtherPrunes = make([]sweep.PruneReport, len(s.opts.Others))
-	for _, o := range s.opts.Others {
-		rep.OtherPolicies = append(rep.OtherPolicies, o.PolicyName)
-	}
-	for i, o := range s.opts.Others {
-		if !hasRule(o.Policy) && o.Apply == nil {
-			continue
-		}
-		popts := o.Policy.PruneOptions()
-		popts.Now, popts.DryRun, popts.Apply, popts.Logger = clock, s.opts.DryRun, o.Apply, log.With("policy", o.PolicyName)
-		var err error
-		rep.OtherPrunes[i], err = sweep.Prune(ctx, &pruneStore{Store: o.Store.Guarded(held.Guard()), stop: stop}, popts)
-		if errors.Is(err, etcdstore.ErrGuardFailed) {
-			err = fmt.Errorf("%w: a prune write found the lock gone: %w", ErrLockLost, err)
-		}
-		if err = interrupted(err); err != nil {
-			return err
-		}
+	if err := s.prunes(ctx, stop, rep, log, clock, func(st *etcdstore.Store) *etcdstore.Store { return st.Guarded(held.Guard()) }); err != nil {
+		return err
 	}
 	if err := stop.Err(); err != nil {
 		return fmt.Errorf("%w before the sweep", ErrInterrupted)
@@ -440,6 +484,10 @@ func (s *Sweeper) summary(ctx context.Context, log *slog.Logger, rep RunReport, 
 	if s.opts.DryRun {
 		msg = "Dry run: would delete " + count(n, "blob")
 	}
+	if rep.UnderAlarm {
+		msg = "etcd is out of space: pruned " + count(rep.Prune.Removed, "checkpoint") +
+			" with deletes only and swept nothing; recover etcd (cairn doctor --recover), then run again"
+	}
 	attrs := []any{
 		"phase", "summary", "result", Result(err), "dry_run", s.opts.DryRun, "policy", s.opts.PolicyName,
 		"pruned_checkpoints", rep.Prune.Removed, "deleted_threads", rep.Prune.ThreadsDeleted,
@@ -448,7 +496,7 @@ func (s *Sweeper) summary(ctx context.Context, log *slog.Logger, rep RunReport, 
 		"referenced", rep.Sweep.Referenced, "candidates", rep.Sweep.Candidates,
 		"deleted", n, "bytes_freed", rep.Sweep.BytesFreed, "failed", len(rep.Sweep.Failed),
 		"pending", len(rep.Sweep.Pending), "skipped", len(rep.Sweep.Skipped),
-		"duration", rep.Duration.String(),
+		"duration", rep.Duration.String(), "under_alarm", rep.UnderAlarm,
 	}
 	if err != nil {
 		attrs = append(attrs, "error", err.Error())

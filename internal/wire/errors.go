@@ -31,6 +31,7 @@ var connectCodes = map[cairn.Code]connect.Code{
 	cairn.CodeForkSourceNotFound:       connect.CodeNotFound,
 	cairn.CodeCheckpointNotFound:       connect.CodeNotFound,
 	cairn.CodeAtomicForkRequired:       connect.CodeUnimplemented,
+	cairn.CodeStoreFull:                connect.CodeResourceExhausted,
 }
 
 // ConnectCode returns the Connect code of an upstream code, and

@@ -38,6 +38,7 @@ func TestErrorsRoundTrip(t *testing.T) {
 		{cairn.CodeForkSourceNotFound, connect.CodeNotFound},
 		{cairn.CodeCheckpointNotFound, connect.CodeNotFound},
 		{cairn.CodeAtomicForkRequired, connect.CodeUnimplemented},
+		{cairn.CodeStoreFull, connect.CodeResourceExhausted},
 	} {
 		t.Run(string(c.code), func(t *testing.T) {
 			ce := wire.ToConnect(cairn.NewError(c.code, "what %s", "failed"))

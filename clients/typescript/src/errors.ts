@@ -16,7 +16,8 @@ export type SandboxCheckpointErrorCode =
   | "SANDBOX_SNAPSHOT_FORK_SOURCE_THREAD_MISMATCH"
   | "SANDBOX_SNAPSHOT_FORK_DESTINATION_NOT_EMPTY"
   | "SANDBOX_SNAPSHOT_CHECKPOINT_NOT_FOUND"
-  | "SANDBOX_SNAPSHOT_ATOMIC_FORK_REQUIRED";
+  | "SANDBOX_SNAPSHOT_ATOMIC_FORK_REQUIRED"
+  | "SANDBOX_SNAPSHOT_STORE_FULL";
 
 /** The base class of every checkpoint error; `code` says which rule failed. */
 export class SandboxCheckpointError extends Error {
@@ -93,6 +94,20 @@ export class SandboxCheckpointInvalidEntryError extends SandboxCheckpointError {
 }
 
 /**
+ * Any write: the store's etcd is out of space (its NOSPACE alarm is raised)
+ * and refused the write. Nothing was written; retrying does not help until an
+ * operator frees space (`sweeper --once`, then `cairn doctor --recover`).
+ * Reads still work. cairnd sends it as resource_exhausted. This code is
+ * cairn's own, not TanStack AI's.
+ */
+export class SandboxCheckpointStoreFullError extends SandboxCheckpointError {
+  constructor(message = "Checkpoint store is out of space", options?: { cause?: unknown }) {
+    super("SANDBOX_SNAPSHOT_STORE_FULL", message, options);
+    this.name = "SandboxCheckpointStoreFullError";
+  }
+}
+
+/**
  * The request reached the service, or may have, and its outcome is not known:
  * the write may have been applied or not. Read the state (getHead, get) before
  * retrying. It is never one of the checkpoint errors above, which each mean
@@ -131,6 +146,7 @@ const byCode: Record<string, (message: string, options?: { cause?: unknown }) =>
   SANDBOX_SNAPSHOT_WRITER_LOST: (m, o) => new SandboxCheckpointWriterLostError(m, o),
   SANDBOX_SNAPSHOT_INVALID_ID: (m, o) => new SandboxCheckpointInvalidIdError(m, o),
   SANDBOX_SNAPSHOT_INVALID_ENTRY: (m, o) => new SandboxCheckpointInvalidEntryError(m, o),
+  SANDBOX_SNAPSHOT_STORE_FULL: (m, o) => new SandboxCheckpointStoreFullError(m, o),
 };
 
 const baseCodes = new Set<string>([

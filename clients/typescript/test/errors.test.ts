@@ -16,6 +16,7 @@ import {
   SandboxCheckpointInvalidIdError,
   SandboxCheckpointNotHeadError,
   SandboxCheckpointParentMismatchError,
+  SandboxCheckpointStoreFullError,
   SandboxCheckpointWriterConflictError,
   SandboxCheckpointWriterLostError,
 } from "../src/errors.js";
@@ -37,6 +38,7 @@ const classes: Array<[string, Code, new (...a: never[]) => SandboxCheckpointErro
   ["SANDBOX_SNAPSHOT_FORK_SOURCE_NOT_FOUND", Code.NotFound, SandboxCheckpointError, "SandboxCheckpointError"],
   ["SANDBOX_SNAPSHOT_FORK_SOURCE_THREAD_MISMATCH", Code.FailedPrecondition, SandboxCheckpointError, "SandboxCheckpointError"],
   ["SANDBOX_SNAPSHOT_FORK_DESTINATION_NOT_EMPTY", Code.AlreadyExists, SandboxCheckpointError, "SandboxCheckpointError"],
+  ["SANDBOX_SNAPSHOT_STORE_FULL", Code.ResourceExhausted, SandboxCheckpointStoreFullError, "SandboxCheckpointStoreFullError"],
 ];
 
 describe("mapError", () => {

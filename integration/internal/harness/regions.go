@@ -1,18 +1,13 @@
 package harness
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+	"github.com/cairnstore/cairn/internal/topology"
 )
 
 // ThreeRegions is the test bed of a cluster spread over three regions: round
@@ -47,80 +42,47 @@ func (r PeerRTT) String() string {
 // etcd_network_peer_round_trip_time_seconds on its /metrics (client URL). A
 // probe from X to Y crosses only Y's proxy, whose delay is on the way back,
 // so it measures Y's one-way delay; the round trip between X and Y is the
-// sum of the two directions' means.
+// sum of the two directions' means (topology.Inspect adds them the same
+// way).
 func (c *Cluster) PeerRTTs(ctx context.Context) ([]PeerRTT, error) {
-	ids := map[string]*Member{} // member id in hex -> member
+	ids := map[*Member]string{} // member -> id in hex
 	for _, st := range c.Statuses(ctx) {
 		if st.Err != nil {
 			return nil, fmt.Errorf("harness: status of %s: %w", st.Member.Name, st.Err)
 		}
-		ids[strconv.FormatUint(st.ID, 16)] = st.Member
+		ids[st.Member] = strconv.FormatUint(st.ID, 16)
 	}
-	type probe struct {
-		mean    time.Duration
-		samples uint64
-	}
-	probes := map[[2]*Member]probe{}
+	probes := map[*Member]map[string]topology.Probe{}
 	for _, m := range c.Members {
-		fams, err := c.metrics(ctx, m)
+		fams, err := topology.Metrics(ctx, c.HTTPClient(), m.ClientURL)
 		if err != nil {
 			return nil, err
 		}
-		// A member reports the metric once it has probed a peer.
-		for _, metric := range fams["etcd_network_peer_round_trip_time_seconds"].GetMetric() {
-			var to *Member
-			for _, l := range metric.GetLabel() {
-				if l.GetName() == "To" {
-					to = ids[l.GetValue()]
-				}
-			}
-			h := metric.GetHistogram()
-			if to == nil || h == nil || h.GetSampleCount() == 0 {
-				continue
-			}
-			probes[[2]*Member{m, to}] = probe{time.Duration(h.GetSampleSum() / float64(h.GetSampleCount()) * float64(time.Second)), h.GetSampleCount()}
-		}
+		probes[m] = topology.PeerProbes(fams)
 	}
 	var out []PeerRTT
 	for i, a := range c.Members {
 		for _, b := range c.Members[i+1:] {
-			ab, ok1 := probes[[2]*Member{a, b}]
-			ba, ok2 := probes[[2]*Member{b, a}]
+			ab, ok1 := probes[a][ids[b]]
+			ba, ok2 := probes[b][ids[a]]
 			if !ok1 || !ok2 {
 				continue
 			}
 			out = append(out, PeerRTT{A: a.Name, B: b.Name, Configured: RTT(a.Region, b.Region),
-				Measured: ab.mean + ba.mean, Samples: min(ab.samples, ba.samples)})
+				Measured: ab.Mean + ba.Mean, Samples: min(ab.Samples, ba.Samples)})
 		}
 	}
 	return out, nil
 }
 
-// metrics reads and parses a member's /metrics.
-func (c *Cluster) metrics(ctx context.Context, m *Member) (map[string]*dto.MetricFamily, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(m.ClientURL, "/")+"/metrics", nil)
-	if err != nil {
-		return nil, err
-	}
+// HTTPClient returns an HTTP client that reaches the members' client URLs
+// (their /metrics) with the harness's TLS settings.
+func (c *Cluster) HTTPClient() *http.Client {
 	hc := &http.Client{Timeout: 10 * time.Second}
 	if c.tls != nil {
 		hc.Transport = &http.Transport{TLSClientConfig: c.tls}
 	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("harness: metrics of %s: %w", m.Name, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(bytes.NewReader(b))
-	if err != nil {
-		return nil, fmt.Errorf("harness: metrics of %s: %w", m.Name, err)
-	}
-	return fams, nil
+	return hc
 }
 
 // RegionOf returns the member of the named region, or nil.
@@ -131,4 +93,11 @@ func (c *Cluster) RegionOf(name string) *Member {
 		}
 	}
 	return nil
+}
+
+// Jitter makes the delay of what the member sends its peers vary uniformly
+// within ±rv around its region's PeerDelay (etcd's proxy draws each write's
+// delay); Jitter(0) restores the fixed delay. It needs ClusterConfig.Regions.
+func (m *Member) Jitter(rv time.Duration) {
+	m.proxy.DelayRx(m.Region.PeerDelay, rv)
 }

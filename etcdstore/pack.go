@@ -1,0 +1,385 @@
+package etcdstore
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	"github.com/cairnstore/cairn/bucket"
+	"github.com/cairnstore/cairn/keys"
+)
+
+// The packed form of the capacity layout (root version 3; docs/design.md,
+// "Packs: one object a checkpoint").
+//
+// A checkpoint of the capacity layout names its body by a root, as in
+// version 2, but the leaves, conversation chunks and reference chunks that
+// its parent does not already have are not objects of their own: they are
+// members of one pack, an object under objPrefix named by the SHA-256 of its
+// bytes like every other, written (claimed, then put) with the root. A pack
+// is
+//
+//	pack  'P' 1  member × (the member's bytes: a leaf, conversation chunk or reference chunk)
+//
+// with the reference chunks first, then the conversation chunks, then the
+// leaves, so that the sweep reads a pack's reference chunks with one range
+// read and a Get its leaves and conversation chunks with another. A packed
+// root ('R' 3) is a version-2 root whose part lists carry, after each part's
+// digest and count, where the part is: the index of its pack in a table of
+// pack digests that comes first in the root (a uvarint count, then the
+// 32-byte digests, distinct), the member's offset in the pack and its size
+// (uvarints). Parts the parent has stay where the parent's root says; the
+// root names at most objRootPacks packs, so a cold read is the root and at
+// most objRootPacks range reads. When the parent's parts are spread over more
+// packs, the parts of the packs that hold the fewest of its bytes are copied
+// into the new pack (the write-time repack): the new pack then holds what the
+// dropped packs held for this checkpoint.
+//
+// Every member is verified against the digest the root names for it, so a
+// range read returns exactly what was packed or fails naming the member. The
+// sweep keeps a pack as long as one live root names it (a pack is live when
+// any member is), so a pack shared by live and dead checkpoints is never
+// deleted while a live checkpoint needs a member of it.
+
+const (
+	// objTypePack is the type byte of a pack.
+	objTypePack = 'P'
+	// objRootPacked is the version of a packed root.
+	objRootPacked = 3
+	// objRootPacks is the most packs a packed root names.
+	objRootPacks = 3
+	// objPackMax bounds offsets and sizes in a packed root (1 TiB).
+	objPackMax = 1 << 40
+)
+
+// objPackLeafCutMask: in the packed form a leaf ends after an entry whose
+// path hash has these bits all set (one entry in 16): a changed entry
+// rewrites a leaf of ~16 entries instead of ~64. Smaller leaves store less
+// a turn but make the root (a part a leaf, read before anything else)
+// larger: on B20 a checkpoint stores 324 KiB with leaves of ~64 entries,
+// 235 KiB with ~16 and 195 KiB with ~8, while B3O's cold Get of 20,000
+// entries went from 0.96× version 1 (~64) to 1.44× (~16) and 1.90× (~8),
+// measured before a cold read fetched the packs in parallel with the root
+// (1.15× since, with ~16).
+const objPackLeafCutMask = 15
+
+// objPackLeafCut is objLeafCut for the leaves of packs.
+func objPackLeafCut(path string) bool {
+	h := sha256.Sum256([]byte(path))
+	return binary.BigEndian.Uint64(h[:8])&objPackLeafCutMask == objPackLeafCutMask
+}
+
+// writePacked says whether appends of the capacity layout write packed
+// roots; tests clear it to write what stores wrote before packs.
+var writePacked = true
+
+// partLoc is where a part of a packed root is: size bytes at offset off of
+// the pack with digest pack. The zero partLoc says the part is an object of
+// its own (roots of versions 1 and 2).
+type partLoc struct {
+	pack      keys.Digest
+	off, size int
+}
+
+// distinctDigests reports whether ds holds no digest twice.
+func distinctDigests(ds []keys.Digest) bool {
+	seen := make(map[keys.Digest]bool, len(ds))
+	for _, d := range ds {
+		if seen[d] {
+			return false
+		}
+		seen[d] = true
+	}
+	return true
+}
+
+// namedObjects returns the bucket objects that a checkpoint naming the root
+// with digest self references, each once: the root and, for a packed root,
+// its packs; for roots of versions 1 and 2 the root and every leaf,
+// conversation chunk and reference chunk. It is the one place that says
+// which objects a checkpoint keeps alive (the sweep's walk and its mirror
+// count references with it).
+func (r *objRoot) namedObjects(self keys.Digest) []keys.Digest {
+	if r.version == objRootPacked {
+		return append([]keys.Digest{self}, r.packs...)
+	}
+	return append([]keys.Digest{self}, r.allDigests()...)
+}
+
+// convObjects returns the bucket objects that a transcript naming the root
+// with digest self references, each once: the root and the objects that
+// hold its conversation chunks (their packs, for a packed root).
+func (r *objRoot) convObjects(self keys.Digest) []keys.Digest {
+	out := []keys.Digest{self}
+	seen := map[keys.Digest]bool{self: true}
+	for _, p := range r.conv {
+		d := p.digest
+		if r.version == objRootPacked {
+			d = p.at.pack
+		}
+		if !seen[d] {
+			seen[d] = true
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// packSplit is what a packed root is made from: the version-2 split of a
+// checkpoint (its root, decoded, and the bytes of every leaf, conversation
+// chunk and reference chunk by digest).
+type packSplit struct {
+	root  objRoot
+	parts map[keys.Digest][]byte
+}
+
+// newPackSplit returns the packSplit of a version-2 split: root is the
+// encoded version-2 root, objs its other objects.
+func newPackSplit(root object, objs []object) (*packSplit, error) {
+	r, err := objDecodeRoot(root.data)
+	if err != nil {
+		return nil, err
+	}
+	ps := &packSplit{root: r, parts: make(map[keys.Digest][]byte, len(objs))}
+	for _, o := range objs {
+		ps.parts[o.digest] = o.data
+	}
+	return ps, nil
+}
+
+// packed is a packed root and its pack.
+type packed struct {
+	// pack is the new pack; nil when every part is in the parent's packs.
+	pack *object
+	root object
+	// locs are where each part of the root is.
+	locs map[keys.Digest]partLoc
+	// inherits says the root names a pack of the parent's.
+	inherits bool
+	// packs are the packs the root names.
+	packs []keys.Digest
+}
+
+// objects returns what to claim and put: the pack, if any, and the root.
+func (p *packed) objects() []object {
+	if p.pack == nil {
+		return []object{p.root}
+	}
+	return []object{*p.pack, p.root}
+}
+
+// pack makes the packed root of ps. Parts that parent (the parent's parts,
+// by digest) has stay where they are, in the objRootPacks-1 parent packs
+// that hold the most of this checkpoint's bytes (all of them when there is
+// nothing new to pack and they are at most objRootPacks); the others go into
+// one new pack, reference chunks first, then conversation chunks, then
+// leaves, each distinct part once. The result is a function of ps and
+// parent.
+func (ps *packSplit) pack(parent map[keys.Digest]partLoc) packed {
+	r := ps.root
+	order := [][]objPart{r.refs, r.conv, r.leaves}
+	// The bytes of this checkpoint each parent pack holds.
+	held := map[keys.Digest]int{}
+	seen := map[keys.Digest]bool{}
+	fresh := 0
+	for _, parts := range order {
+		for _, p := range parts {
+			if seen[p.digest] {
+				continue
+			}
+			seen[p.digest] = true
+			if l, ok := parent[p.digest]; ok {
+				held[l.pack] += l.size
+			} else {
+				fresh++
+			}
+		}
+	}
+	old := make([]keys.Digest, 0, len(held))
+	for d := range held {
+		old = append(old, d)
+	}
+	slices.SortFunc(old, func(a, b keys.Digest) int {
+		if c := cmp.Compare(held[b], held[a]); c != 0 {
+			return c
+		}
+		return bytes.Compare(a[:], b[:])
+	})
+	keep := objRootPacks - 1
+	if fresh == 0 && len(old) <= objRootPacks {
+		keep = len(old)
+	}
+	kept := map[keys.Digest]bool{}
+	for _, d := range old[:min(keep, len(old))] {
+		kept[d] = true
+	}
+	out := packed{locs: make(map[keys.Digest]partLoc, len(seen))}
+	data := []byte{objTypePack, objVersion}
+	for _, parts := range order {
+		for _, p := range parts {
+			if _, ok := out.locs[p.digest]; ok {
+				continue
+			}
+			if l, ok := parent[p.digest]; ok && kept[l.pack] {
+				out.locs[p.digest] = l
+				out.inherits = true
+				continue
+			}
+			b := ps.parts[p.digest]
+			out.locs[p.digest] = partLoc{off: len(data), size: len(b)}
+			data = append(data, b...)
+		}
+	}
+	var packs []keys.Digest
+	if len(data) > 2 {
+		o := objNewObject(data)
+		out.pack = &o
+		packs = append(packs, o.digest)
+		for d, l := range out.locs {
+			if l.pack == (keys.Digest{}) {
+				l.pack = o.digest
+				out.locs[d] = l
+			}
+		}
+	}
+	for _, d := range old {
+		if kept[d] {
+			packs = append(packs, d)
+		}
+	}
+	pr := objRoot{version: objRootPacked, convPresent: r.convPresent, artifacts: r.artifacts, packs: packs}
+	at := func(in []objPart) []objPart {
+		o := make([]objPart, len(in))
+		for i, p := range in {
+			o[i] = objPart{digest: p.digest, n: p.n, at: out.locs[p.digest]}
+		}
+		return o
+	}
+	pr.leaves, pr.conv, pr.refs = at(r.leaves), at(r.conv), at(r.refs)
+	out.root = objNewObject(objEncodeRoot(&pr))
+	out.packs = packs
+	return out
+}
+
+// readRange reads n bytes at off of the object key: one range read when the
+// bucket has them (bucket.RangeReader), else the whole object.
+func (s *Store) readRange(ctx context.Context, key string, off, n int) ([]byte, error) {
+	if rr, ok := s.objects.(bucket.RangeReader); ok {
+		return rr.GetRange(ctx, key, int64(off), int64(n))
+	}
+	b, err := s.objects.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if off+n > len(b) {
+		return nil, fmt.Errorf("%w: %d bytes at %d of an object of %d", bucket.ErrInvalidRange, n, off, len(b))
+	}
+	return b[off : off+n], nil
+}
+
+// fetchParts returns the verified bytes of parts, by object key: parts
+// that are objects of their own (roots of versions 1 and 2) are read as in
+// fetchObjects; the members of packs with one range read per pack, from
+// the first member needed to the end of the last. Each member is verified
+// against its digest; the cache serves and keeps members by digest.
+func (s *Store) fetchParts(ctx context.Context, parts []objPart) (map[string][]byte, error) {
+	return s.fetchPartsFrom(ctx, parts, nil)
+}
+
+// fetchPartsFrom is fetchParts with packs already read whole (by digest,
+// not yet verified): their members are cut from those bytes instead of
+// read by range.
+func (s *Store) fetchPartsFrom(ctx context.Context, parts []objPart, whole map[keys.Digest][]byte) (map[string][]byte, error) {
+	out := make(map[string][]byte, len(parts))
+	var single []keys.Digest
+	byPack := map[keys.Digest][]objPart{}
+	var packs []keys.Digest
+	seen := map[keys.Digest]bool{}
+	for _, p := range parts {
+		if seen[p.digest] {
+			continue
+		}
+		seen[p.digest] = true
+		if b, ok := s.objCache.get(p.digest); ok {
+			out[objectKey(p.digest)] = b
+			continue
+		}
+		if p.at.size == 0 {
+			single = append(single, p.digest)
+			continue
+		}
+		if byPack[p.at.pack] == nil {
+			packs = append(packs, p.at.pack)
+		}
+		byPack[p.at.pack] = append(byPack[p.at.pack], p)
+	}
+	got, err := s.fetchObjects(ctx, single)
+	if err != nil {
+		return nil, err
+	}
+	for k, b := range got {
+		out[k] = b
+	}
+	if s.objects == nil && len(packs) > 0 {
+		return nil, fmt.Errorf("etcdstore: %w", objError(packs[0], fmt.Errorf("the store has no object bucket (Options.Objects)")))
+	}
+	members := make([]map[string][]byte, len(packs))
+	err = forEach(ctx, len(packs), objectParallel, func(ctx context.Context, i int) error {
+		ps := byPack[packs[i]]
+		from, to := ps[0].at.off, 0
+		for _, p := range ps {
+			from, to = min(from, p.at.off), max(to, p.at.off+p.at.size)
+		}
+		var b []byte
+		if w, ok := whole[packs[i]]; ok && to <= len(w) {
+			b = w[from:to]
+		} else {
+			var err error
+			if b, err = s.readRange(ctx, objectKey(packs[i]), from, to-from); err != nil {
+				return fmt.Errorf("etcdstore: %w", objError(packs[i], err))
+			}
+		}
+		m := make(map[string][]byte, len(ps))
+		for _, p := range ps {
+			mb := bytes.Clone(b[p.at.off-from : p.at.off-from+p.at.size]) // the cache keeps the member, not the pack
+			if sha256.Sum256(mb) != p.digest {
+				return fmt.Errorf("etcdstore: pack %s: %w", objectKey(packs[i]), objError(p.digest, errObjDigest))
+			}
+			s.objCache.put(p.digest, mb)
+			m[objectKey(p.digest)] = mb
+		}
+		members[i] = m
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range members {
+		for k, b := range m {
+			out[k] = b
+		}
+	}
+	return out, nil
+}
+
+// parsePacks decodes the packs hint of a checkpoint record: concatenated
+// hex digests, at most objRootPacks of them.
+func parsePacks(s string) ([]keys.Digest, error) {
+	const n = 2 * keys.DigestLen
+	if len(s)%n != 0 || len(s) > objRootPacks*n {
+		return nil, fmt.Errorf("bad packs %q", s)
+	}
+	out := make([]keys.Digest, 0, len(s)/n)
+	for i := 0; i < len(s); i += n {
+		d, err := parseRoot(s[i : i+n])
+		if err != nil {
+			return nil, fmt.Errorf("bad packs %q", s)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}

@@ -1,0 +1,294 @@
+package etcdstore
+
+import (
+	"bytes"
+	"context"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/bucket"
+	"github.com/cairnstore/cairn/keys"
+)
+
+// readCounter counts the reads a store sends its object bucket: whole
+// objects and ranges.
+type readCounter struct {
+	*bucket.Memory
+	reads atomic.Int64
+}
+
+func (c *readCounter) Get(ctx context.Context, key string) ([]byte, error) {
+	c.reads.Add(1)
+	return c.Memory.Get(ctx, key)
+}
+
+func (c *readCounter) GetRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
+	c.reads.Add(1)
+	return c.Memory.GetRange(ctx, key, off, n)
+}
+
+// newMetaKeys returns the sandbox-meta/ keys of mem that are not in before.
+func newMetaKeys(t *testing.T, mem *bucket.Memory, before []string) []string {
+	t.Helper()
+	var out []string
+	for _, k := range memKeysOf(t, mem, cairn.ObjectPrefix) {
+		if !slices.Contains(before, k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// TestPackedCompatibility writes one thread in every form the store has
+// written: version 1 (a store without Objects), the capacity layout with
+// every part an object of its own (as written before packs), then packed
+// roots. It checks that each packed append puts at most a pack and a root,
+// that every packed root names at most objRootPacks packs and a cold Get
+// reads at most 1+objRootPacks times, and then prunes, forks and sweeps:
+// the sweep keeps exactly the blobs and objects live checkpoints name (a
+// pack written by a pruned checkpoint stays while a live root names it),
+// and every live checkpoint reads back exactly from a fresh store.
+func TestPackedCompatibility(t *testing.T) {
+	e := newV2Env(t)
+	old := e.store(false, 0)
+	ol, err := old.AcquireWriter(e.ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	byID := map[string]cairn.Checkpoint{}
+	var all []cairn.Checkpoint
+	turn := 0
+	next := func() cairn.Checkpoint {
+		turn++
+		c := capacityTurn("a", turn, 1000, 8000)
+		all = append(all, c)
+		byID[c.ID] = c
+		return c
+	}
+	for range 2 {
+		e.append(old, ol.Writer, next())
+	}
+	ol.Release(e.ctx)
+	s := e.store(true, 0)
+	w := e.writer(s, "a")
+	writePacked = false
+	for range 2 {
+		e.append(s, w, next())
+	}
+	writePacked = true
+	roots := map[string]keys.Digest{} // packed checkpoint → its root
+	packOf := map[string]string{}     // packed checkpoint → the pack it wrote
+	for range 8 {
+		before := memKeysOf(t, e.mem, cairn.ObjectPrefix)
+		c := next()
+		e.append(s, w, c)
+		added := newMetaKeys(t, e.mem, before)
+		if len(added) > 2 {
+			t.Fatalf("append %s put %d objects, want a pack and a root", c.ID, len(added))
+		}
+		for _, k := range added {
+			b, err := e.mem.Get(e.ctx, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch b[0] {
+			case objTypeRoot:
+				d, _ := parseRoot(k[len(objPrefix):])
+				roots[c.ID] = d
+				r, err := objDecodeRoot(b)
+				if err != nil || r.version != objRootPacked {
+					t.Fatalf("root of %s: version %d, %v", c.ID, r.version, err)
+				}
+				if len(r.packs) > objRootPacks {
+					t.Fatalf("root of %s names %d packs", c.ID, len(r.packs))
+				}
+			case objTypePack:
+				packOf[c.ID] = k
+			default:
+				t.Fatalf("append %s put an object of type %q", c.ID, b[0])
+			}
+		}
+		cold := &readCounter{Memory: e.mem}
+		fresh, err := New(e.cli, e.prefix, Options{Objects: cold})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := fresh.Get(e.ctx, c.ID)
+		fresh.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameCheckpoint(t, "cold packed read", got, c)
+		if n := cold.reads.Load(); n > 1+objRootPacks {
+			t.Fatalf("a cold Get of %s read the bucket %d times", c.ID, n)
+		}
+	}
+	// Forks of the unpacked a-4 and the packed a-6 (pruned below).
+	for dest, src := range map[string]string{"f1": "a-4", "f2": "a-6"} {
+		fw := e.writer(s, dest)
+		root, err := s.ForkFromCheckpoint(e.ctx, cairn.ForkInput{SourceThreadID: "a", SourceCheckpointID: src,
+			DestinationThreadID: dest, DestinationCheckpointID: dest + "-root", CreatedAt: 5000, Writer: fw})
+		if err != nil {
+			t.Fatal(err)
+		}
+		byID[root.ID] = *root
+	}
+	// a-1..a-7 go (a-5, a-6, a-7 were packed), then the head a-12.
+	if _, err := s.DeleteCheckpoints(e.ctx, cairn.DeleteCheckpointsInput{ThreadID: "a", Keep: 5, Writer: w}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteHead(e.ctx, cairn.DeleteHeadInput{ThreadID: "a", CheckpointID: "a-12", Writer: w}); err != nil {
+		t.Fatal(err)
+	}
+	live := []string{"a-8", "a-9", "a-10", "a-11", "f1-root", "f2-root"}
+	var liveCps []cairn.Checkpoint
+	for _, id := range live {
+		liveCps = append(liveCps, byID[id])
+	}
+	rep, err := s.Verify(e.ctx, VerifyOptions{Objects: true})
+	if err != nil || !rep.OK() {
+		t.Fatalf("Verify: %v %v", rep.Problems, err)
+	}
+	refs, err := s.ListBlobReferences(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := wantRefs(liveCps...); !slices.Equal(refs, want) {
+		t.Fatalf("ListBlobReferences: %d references, want %d", len(refs), len(want))
+	}
+
+	// The bucket holds every blob ever used and one never used.
+	wantLive := e.putBlobs(all, liveCps)
+	// a-4 (by the fork f1) names its objects of its own; the packed live
+	// checkpoints their roots and the packs those name.
+	addUnpackedObjects(t, wantLive, byID["a-4"])
+	for _, id := range []string{"a-6", "a-8", "a-9", "a-10", "a-11"} {
+		b, err := e.mem.Get(e.ctx, objectKey(roots[id]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := objDecodeRoot(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantLive[objectKey(roots[id])] = true
+		for _, p := range r.packs {
+			wantLive[objectKey(p)] = true
+		}
+	}
+	if !wantLive[packOf["a-5"]] {
+		t.Fatal("no live root names the pack of the pruned a-5: the test does not cover a partly dead pack")
+	}
+	if wantLive[packOf["a-7"]] {
+		t.Log("the pack of a-7 is still named")
+	}
+	e.sweepKeeps(s, wantLive, live, byID)
+}
+
+// TestPackedRepackOnAnotherState checks that an append whose thread record
+// changed after the parent's append (a prune) packs every part anew: its
+// root names only its own pack, and it reads back.
+func TestPackedRepackOnAnotherState(t *testing.T) {
+	e := newV2Env(t)
+	s := e.store(true, 0)
+	w := e.writer(s, "a")
+	for turn := 1; turn <= 3; turn++ {
+		e.append(s, w, capacityTurn("a", turn, 1000, 8000))
+	}
+	// A prune changes the thread record: the next append's inherited packs
+	// are not on the state it commits on.
+	if _, err := s.DeleteCheckpoints(e.ctx, cairn.DeleteCheckpointsInput{ThreadID: "a", Keep: 2, Writer: w}); err != nil {
+		t.Fatal(err)
+	}
+	before := memKeysOf(t, e.mem, cairn.ObjectPrefix)
+	c := capacityTurn("a", 4, 1000, 8000)
+	e.append(s, w, c)
+	// The root the record names (the first attempt's pack and root are
+	// garbage now: put, never named).
+	named := func(k string) bool {
+		for _, v := range e.keysUnder(s.layout.Root()) {
+			if bytes.Contains(v, []byte(`"root":"`+k[len(objPrefix):]+`"`)) {
+				return true
+			}
+		}
+		return false
+	}
+	var root *objRoot
+	for _, k := range newMetaKeys(t, e.mem, before) {
+		b, _ := e.mem.Get(e.ctx, k)
+		if b[0] == objTypeRoot && named(k) {
+			r, err := objDecodeRoot(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			root = &r
+		}
+	}
+	if root == nil || len(root.packs) != 1 {
+		t.Fatalf("the append after a prune names %v packs, want its own only", root)
+	}
+	got, err := e.store(true, 0).Get(e.ctx, c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameCheckpoint(t, "repacked", got, c)
+}
+
+// TestPackedReadVerifiesMembers alters one byte of a pack: a cold Get fails
+// naming the member (no byte is returned unverified), and Verify with
+// Objects reports it.
+func TestPackedReadVerifiesMembers(t *testing.T) {
+	e := newV2Env(t)
+	s := e.store(true, 0)
+	w := e.writer(s, "a")
+	c := capacityTurn("a", 1, 1000, 8000)
+	e.append(s, w, c)
+	var pack string
+	for _, k := range memKeysOf(t, e.mem, cairn.ObjectPrefix) {
+		if b, _ := e.mem.Get(e.ctx, k); b[0] == objTypePack {
+			pack = k
+		}
+	}
+	if pack == "" {
+		t.Fatal("no pack in the bucket")
+	}
+	b, _ := e.mem.Get(e.ctx, pack)
+	b[len(b)-1] ^= 1 // the last leaf
+	e.mem.Delete(e.ctx, []string{pack})
+	e.mem.Put(e.ctx, pack, b)
+	fresh := e.store(true, 0)
+	if _, err := fresh.Get(e.ctx, c.ID); err == nil || !strings.Contains(err.Error(), pack) {
+		t.Fatalf("Get of an altered pack: %v, want an error naming %s", err, pack)
+	}
+	rep, err := fresh.Verify(e.ctx, VerifyOptions{Objects: true})
+	if err != nil || rep.OK() {
+		t.Fatalf("Verify of an altered pack: %v, %v", rep.Problems, err)
+	}
+}
+
+func TestParsePacks(t *testing.T) {
+	d := strings.Repeat("ab", keys.DigestLen)
+	for _, tc := range []struct {
+		name string
+		in   string
+		n    int
+		ok   bool
+	}{
+		{"Empty", "", 0, true},
+		{"One", d, 1, true},
+		{"Three", d + d + d, 3, true},
+		{"Four", d + d + d + d, 0, false},
+		{"Short", d[1:], 0, false},
+		{"NotHex", strings.Repeat("zz", keys.DigestLen), 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parsePacks(tc.in)
+			if (err == nil) != tc.ok || len(got) != tc.n {
+				t.Fatalf("parsePacks: %d digests, %v; want %d, ok %v", len(got), err, tc.n, tc.ok)
+			}
+		})
+	}
+}
