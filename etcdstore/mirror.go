@@ -62,9 +62,8 @@ type Mirror struct {
 	// that many nodes name is held once.
 	names map[string]string
 	// parts are where the reference chunks of the roots read in this sync
-	// are (see children).
-	partsMu sync.Mutex
-	parts   map[keys.Digest]objPart
+	// are (see read).
+	parts map[keys.Digest]objPart
 	// sum is the XOR of recHash over recs, persisted so that a truncated file
 	// is found.
 	sum uint64
@@ -316,49 +315,73 @@ func (m *Mirror) edges(key string, v []byte) ([]string, error) {
 	return nil, nil // a shard the walk does not read
 }
 
-// children reads from the bucket what node id keeps, through the functions
+// read reads from the bucket what the nodes ids keep, through the functions
 // the walk uses (objRoot.namedObjects, objRoot.convObjects, fetchParts,
-// countListings): a record form they learn flows into the mirror. A root's
-// reference chunks are remembered with where they are (a packed root's are
-// members of packs) until their own nodes are read, in the same sync.
-func (m *Mirror) children(ctx context.Context, id string) ([]string, error) {
-	d := keys.Digest([]byte(id[2:]))
-	switch id[1] {
-	case nodeRoot, nodeTranscript:
+// countListings): a record form they learn flows into the mirror. Roots are
+// read objectParallel at a time; reference chunks all in one fetchParts, as
+// the walk reads them, so that the members of one pack cost one request. A
+// root's reference chunks are remembered with where they are (a packed
+// root's are members of packs) until their own nodes are read, in the same
+// sync.
+func (m *Mirror) read(ctx context.Context, ids []string) ([][]string, error) {
+	out := make([][]string, len(ids))
+	var roots, chunks []int
+	for i, id := range ids {
+		if id[1] == nodeChunk {
+			chunks = append(chunks, i)
+		} else {
+			roots = append(roots, i)
+		}
+	}
+	var mu sync.Mutex
+	err := forEach(ctx, len(roots), objectParallel, func(ctx context.Context, j int) error {
+		i := roots[j]
+		d := keys.Digest([]byte(ids[i][2:]))
 		r, err := m.s.root(ctx, d)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if id[1] == nodeTranscript {
-			var out []string
+		var kids []string
+		if ids[i][1] == nodeTranscript {
 			for _, o := range r.convObjects(d) {
-				out = append(out, objectKey(o))
+				kids = append(kids, objectKey(o))
 			}
-			return out, nil
+		} else {
+			for _, o := range r.namedObjects(d) {
+				kids = append(kids, objectKey(o))
+			}
 		}
-		var out []string
-		for _, o := range r.namedObjects(d) {
-			out = append(out, objectKey(o))
+		mu.Lock()
+		defer mu.Unlock()
+		if ids[i][1] == nodeRoot {
+			for _, c := range r.refs {
+				m.parts[c.digest] = c
+				kids = append(kids, nodeID(nodeChunk, c.digest))
+			}
 		}
-		m.partsMu.Lock()
-		for _, c := range r.refs {
-			m.parts[c.digest] = c
-			out = append(out, nodeID(nodeChunk, c.digest))
-		}
-		m.partsMu.Unlock()
-		return out, nil
-	case nodeChunk:
-		m.partsMu.Lock()
-		part, ok := m.parts[d]
-		m.partsMu.Unlock()
+		out[i] = kids
+		m.stats.ObjectReads++
+		return nil
+	})
+	if err != nil || len(chunks) == 0 {
+		return out, err
+	}
+	parts := make([]objPart, len(chunks))
+	for j, i := range chunks {
+		d := keys.Digest([]byte(ids[i][2:]))
+		p, ok := m.parts[d]
 		if !ok {
-			part = objPart{digest: d} // an object of its own
+			p = objPart{digest: d} // an object of its own
 		}
-		got, err := m.s.fetchParts(ctx, []objPart{part})
-		if err != nil {
-			return nil, err
-		}
-		refs, err := countListings([]refListing{{chunks: []keys.Digest{d}}}, func(key string) ([]byte, error) {
+		parts[j] = p
+	}
+	got, err := m.s.fetchParts(ctx, parts)
+	if err != nil {
+		return nil, err
+	}
+	m.stats.ObjectReads += int64(len(chunks))
+	for j, i := range chunks {
+		refs, err := countListings([]refListing{{chunks: []keys.Digest{parts[j].digest}}}, func(key string) ([]byte, error) {
 			if b, ok := got[key]; ok {
 				return b, nil
 			}
@@ -367,13 +390,13 @@ func (m *Mirror) children(ctx context.Context, id string) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		out := make([]string, len(refs))
-		for i, r := range refs {
-			out[i] = r.Key
+		kids := make([]string, len(refs))
+		for k, r := range refs {
+			kids[k] = r.Key
 		}
-		return out, nil
+		out[i] = kids
 	}
-	return nil, corrupt("mirror node", []byte(id), fmt.Errorf("role %q", id[1]))
+	return out, nil
 }
 
 // change is the records a sync changed: each key's value before the sync
@@ -477,15 +500,7 @@ func (m *Mirror) add(ctx context.Context, ks []string) error {
 				}
 			}
 		}
-		got := make([][]string, len(fresh))
-		var mu sync.Mutex
-		err := forEach(ctx, len(fresh), objectParallel, func(ctx context.Context, i int) (err error) {
-			got[i], err = m.children(ctx, fresh[i])
-			mu.Lock()
-			m.stats.ObjectReads++
-			mu.Unlock()
-			return err
-		})
+		got, err := m.read(ctx, fresh)
 		if err != nil {
 			return fmt.Errorf("etcdstore: mirror: read the objects of new roots: %w", err)
 		}
