@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -24,22 +25,35 @@ import (
 // read); Verify reports them. If R is compacted before the read ends, it
 // returns an error wrapping rpctypes.ErrCompacted.
 func (s *Store) ReadBlobGC(ctx context.Context, fn func(cairn.BlobReference) error) (cairn.BlobGCView, error) {
+	var rev int64
+	view, err := s.readGCState(ctx, &rev)
+	if err != nil {
+		return view, err
+	}
+	if err := s.walkRefs(ctx, rev, true, fn); err != nil {
+		return cairn.BlobGCView{}, err
+	}
+	return view, nil
+}
+
+// readGCState reads the live claims and the GC records at one revision,
+// pinning *rev at that of its first read.
+func (s *Store) readGCState(ctx context.Context, rev *int64) (cairn.BlobGCView, error) {
 	if err := ctx.Err(); err != nil {
 		return cairn.BlobGCView{}, err
 	}
-	var rev int64
 	var claimKVs []*mvccpb.KeyValue
-	if err := s.scanAt(ctx, &rev, s.layout.Claims(), func(kv *mvccpb.KeyValue) error {
+	if err := s.scanAt(ctx, rev, s.layout.Claims(), func(kv *mvccpb.KeyValue) error {
 		if _, err := s.layout.DecodeClaim(kv.Key); err != nil {
 			return corrupt("claim key", kv.Key, err)
 		}
 		claimKVs = append(claimKVs, kv)
 		return nil
 	}); err != nil {
-		return cairn.BlobGCView{}, fmt.Errorf("etcdstore: read claims at revision %d: %w", rev, err)
+		return cairn.BlobGCView{}, fmt.Errorf("etcdstore: read claims at revision %d: %w", *rev, err)
 	}
 	var view cairn.BlobGCView
-	if err := s.scanAt(ctx, &rev, s.layout.GCRecords(), func(kv *mvccpb.KeyValue) error {
+	if err := s.scanAt(ctx, rev, s.layout.GCRecords(), func(kv *mvccpb.KeyValue) error {
 		rec, err := s.parseGC(kv)
 		if err != nil {
 			return err
@@ -47,11 +61,11 @@ func (s *Store) ReadBlobGC(ctx context.Context, fn func(cairn.BlobReference) err
 		view.Records = append(view.Records, rec)
 		return nil
 	}); err != nil {
-		return cairn.BlobGCView{}, fmt.Errorf("etcdstore: read GC records at revision %d: %w", rev, err)
+		return cairn.BlobGCView{}, fmt.Errorf("etcdstore: read GC records at revision %d: %w", *rev, err)
 	}
-	lv, err := s.classify(ctx, rev, claimKVs)
+	lv, err := s.classify(ctx, *rev, claimKVs)
 	if err != nil {
-		return cairn.BlobGCView{}, fmt.Errorf("etcdstore: read claimants at revision %d: %w", rev, err)
+		return cairn.BlobGCView{}, fmt.Errorf("etcdstore: read claimants at revision %d: %w", *rev, err)
 	}
 	// Claim keys sort by blob, and blobs sort like their keys.
 	for _, kv := range claimKVs {
@@ -60,9 +74,6 @@ func (s *Store) ReadBlobGC(ctx context.Context, fn func(cairn.BlobReference) err
 		if lv.live[k] && (len(view.Claimed) == 0 || view.Claimed[len(view.Claimed)-1] != k) {
 			view.Claimed = append(view.Claimed, k)
 		}
-	}
-	if err := s.walkRefs(ctx, rev, true, fn); err != nil {
-		return cairn.BlobGCView{}, err
 	}
 	return view, nil
 }
@@ -372,4 +383,107 @@ func (s *Store) moveBatch(ctx context.Context, batch []cairn.GCRecord, m recordM
 		items = keep
 	}
 	return sortedRecords(out), nil
+}
+
+// Mirrored is a store whose online sweep reads the references from a Mirror
+// instead of walking them (docs/design.md, "The incremental sweep"). Every
+// method but ReadBlobGC is the Store's.
+type Mirrored struct {
+	*Store
+	m *Mirror
+}
+
+// WithMirror returns s with its ReadBlobGC answered from m, a mirror of s
+// (Store.OpenMirror). The caller keeps m and closes it.
+func (s *Store) WithMirror(m *Mirror) *Mirrored { return &Mirrored{Store: s, m: m} }
+
+// Mirror returns the mirror that answers ReadBlobGC.
+func (x *Mirrored) Mirror() *Mirror { return x.m }
+
+// ReadBlobGC implements cairn.BlobCollector as Store.ReadBlobGC does, but
+// for the references: it reads the claims and GC records at revision R, then
+// syncs the mirror, which brings it to a revision no older than R, and calls
+// fn for each key the mirror counts, with the walk's count. A decision on a
+// key therefore rests on references read after its GC record and its mark, as
+// the protocol requires (the safety argument is in docs/design.md). Errors:
+// Store.ReadBlobGC's for the claims and records, Mirror.Sync's, and ctx's.
+func (x *Mirrored) ReadBlobGC(ctx context.Context, fn func(cairn.BlobReference) error) (cairn.BlobGCView, error) {
+	var rev int64
+	view, err := x.readGCState(ctx, &rev)
+	if err != nil {
+		return cairn.BlobGCView{}, err
+	}
+	var at int64
+	if x.m.broken.skipSync {
+		at = rev
+	} else {
+		at, err = x.m.Sync(ctx)
+	}
+	if err != nil {
+		return cairn.BlobGCView{}, err
+	}
+	if at < rev {
+		return cairn.BlobGCView{}, fmt.Errorf("%w: synced to revision %d, older than the GC state's %d", ErrMirror, at, rev)
+	}
+	if err := x.m.Live(fn); err != nil {
+		return cairn.BlobGCView{}, err
+	}
+	return view, nil
+}
+
+// ErrMirrorMismatch: the mirror's keys or counts differ from a full walk's
+// at the same revision. The mirror must not be trusted: Check discards it,
+// and the next Sync rebuilds it.
+var ErrMirrorMismatch = errors.New("etcdstore: the mirror differs from the full walk")
+
+// Check is the full run's comparison: it syncs the mirror, walks every
+// reference at the revision the mirror reached (reading every root and
+// reference chunk from the bucket, as the walk does), and compares keys and
+// counts. On a difference it discards the mirror (the next Sync rebuilds it)
+// and returns an error matching ErrMirrorMismatch that names the first
+// differing keys. Errors: also Sync's and the walk's (one matching
+// rpctypes.ErrCompacted when that revision was compacted meanwhile).
+func (x *Mirrored) Check(ctx context.Context) error {
+	at, err := x.m.Sync(ctx)
+	if err != nil {
+		return err
+	}
+	var walk []cairn.BlobReference
+	if err := x.walkRefs(ctx, at, true, func(r cairn.BlobReference) error {
+		walk = append(walk, r)
+		return nil
+	}); err != nil {
+		return err
+	}
+	i, n, first := 0, 0, ""
+	note := func(k string) {
+		if n == 0 {
+			first = k
+		}
+		n++
+	}
+	_ = x.m.Live(func(r cairn.BlobReference) error {
+		for ; i < len(walk) && walk[i].Key < r.Key; i++ {
+			note(walk[i].Key)
+		}
+		if i < len(walk) && walk[i].Key == r.Key {
+			if walk[i].References != r.References {
+				note(r.Key)
+			}
+			i++
+			return nil
+		}
+		note(r.Key)
+		return nil
+	})
+	for ; i < len(walk); i++ {
+		note(walk[i].Key)
+	}
+	if n == 0 {
+		return nil
+	}
+	if err := x.m.Discard(); err != nil {
+		return errors.Join(fmt.Errorf("%w at revision %d: %d keys differ, the first %s", ErrMirrorMismatch, at, n, first), err)
+	}
+	return fmt.Errorf("%w at revision %d: %d keys differ, the first %s; the mirror is discarded", ErrMirrorMismatch, at, n, first)
 }

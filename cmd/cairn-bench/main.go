@@ -32,12 +32,13 @@ func main() {
 		return
 	}
 	quick := flag.Bool("quick", false, "run the quick configuration: fewer rounds and smaller sizes")
-	only := flag.String("only", "", "comma-separated workloads to run (B1 to B11, B20, BC); empty runs all")
+	only := flag.String("only", "", "comma-separated workloads to run (B1 to B11, B16, B20, BC); empty runs all")
 	b10cmd := flag.String("b10-cmd", "", "command B10 also runs against its cairnd, space-separated (gets CAIRN_BENCH_URL, _TOKEN, _ENTRIES, _APPENDS; prints \"append_p50_ms <ms>\")")
 	rounds := flag.Int("rounds", 0, "rounds per workload (0 keeps the configuration's)")
 	profile := flag.String("cpuprofile", "", "directory for a CPU profile of each round of each side (cairn, baseline, reference1, ...)")
 	versitygw := flag.String("versitygw", "", "versitygw binary (default: $CAIRN_VERSITYGW, ./bin/versitygw, $PATH)")
 	verbose := flag.Bool("v", false, "print progress to standard error")
+	b16kept := flag.Int("b16-kept", 0, "kept checkpoints of B16-B18, the incremental sweep (0 keeps the configuration's: 100,000, quick 1,000; CI runs 10,000)")
 	flag.Parse()
 
 	cfg := bench.Full()
@@ -49,6 +50,9 @@ func main() {
 	}
 	if *rounds > 0 {
 		cfg.Rounds, cfg.AppendRounds, cfg.B5Rounds = *rounds, *rounds, *rounds
+	}
+	if *b16kept > 0 {
+		cfg.B16Kept = *b16kept
 	}
 	cfg.ProfileDir = *profile
 	if *b10cmd != "" {

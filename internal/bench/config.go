@@ -8,7 +8,7 @@ import (
 )
 
 // Workloads lists the workload names in the order Run runs them.
-var Workloads = []string{"B1", "B2", "B3", "BC", "B4", "B5", "B6", "B7", "B8", "B9", "B10", "B11", "B20"}
+var Workloads = []string{"B1", "B2", "B3", "BC", "B4", "B5", "B6", "B7", "B8", "B9", "B10", "B11", "B16", "B20"}
 
 // Config sizes a run. Full and Quick return the two standard ones.
 type Config struct {
@@ -51,6 +51,9 @@ type Config struct {
 	// B11Threads threads of the capacity workload (20 turns each, every
 	// checkpoint kept) measure what etcd keeps per checkpoint.
 	B11Threads int
+	// B16Kept kept checkpoints of the capacity workload measure the
+	// incremental sweep's mirror (rows B16, B17 and B18).
+	B16Kept int
 	// B7Files files of about B7Bytes bytes in all make the workspace that
 	// B7, B8 and B9 capture and restore.
 	B7Files int
@@ -80,6 +83,7 @@ func Full() Config {
 		B5Objects: 100_000, B5Rounds: 5,
 		B10Appends: 200,
 		B11Threads: 20,
+		B16Kept:    100_000,
 		B7Files:    10_000, B7Bytes: 256 << 20,
 	}
 }
@@ -97,6 +101,7 @@ func Quick() Config {
 		B5Objects: 20_000, B5Rounds: 3,
 		B10Appends: 50,
 		B11Threads: 4,
+		B16Kept:    1_000,
 		B7Files:    2_000, B7Bytes: 64 << 20,
 	}
 }
@@ -124,6 +129,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("B7 needs at least 1 file and a byte a file")
 	case c.B11Threads < 1 && (c.selected("B11") || c.selected("B20")):
 		return fmt.Errorf("B11 and B20 need at least 1 thread")
+	case c.B16Kept < 100 && c.selected("B16"):
+		return fmt.Errorf("B16 needs at least 100 kept checkpoints")
 	}
 	return nil
 }

@@ -71,7 +71,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) ([]Row, error) {
 		id  string
 		run func(context.Context) ([]Row, error)
 	}{
-		{"B1", r.b1}, {"B2", r.b2}, {"B3", r.b3Rows}, {"BC", r.bc}, {"B4", r.b4}, {"B5", r.b5}, {"B6", r.b6}, {"B7", r.b7}, {"B8", r.b8}, {"B9", r.b9}, {"B10", r.b10}, {"B11", r.b11}, {"B20", r.b20},
+		{"B1", r.b1}, {"B2", r.b2}, {"B3", r.b3Rows}, {"BC", r.bc}, {"B4", r.b4}, {"B5", r.b5}, {"B6", r.b6}, {"B7", r.b7}, {"B8", r.b8}, {"B9", r.b9}, {"B10", r.b10}, {"B11", r.b11}, {"B16", r.b16}, {"B20", r.b20},
 	} {
 		if !cfg.selected(w.id) {
 			continue

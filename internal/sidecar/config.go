@@ -46,6 +46,13 @@ type Config struct {
 	Verify          bool
 	Repair          bool
 	AllowEmptyStore bool
+	// MirrorFile is the incremental sweep's mirror file (empty: the mirror
+	// is kept in memory and rebuilt at each start); FullWalk turns the
+	// mirror off; FullRunEvery is how often a run compares the mirror with a
+	// full walk (docs/sweeper.md, "The incremental sweep").
+	MirrorFile   string
+	FullWalk     bool
+	FullRunEvery time.Duration
 	// Bind records, in each bucket, the binding of every configured prefix
 	// and the binding registry's marker, and exits: the one-off step for a
 	// bucket written before bindings existed. Unbind removes the bindings
@@ -104,6 +111,10 @@ func newFlagSet(c *Config, out io.Writer) *cli.Set {
 	fs.Var(cli.List{L: &c.Unbind}, "unbind", "comma-separated prefixes removed for good: remove their bindings (on this etcd cluster) from every configured bucket, then exit")
 	fs.BoolVar(&c.AllowEmptyStore, "allow-empty-store", c.AllowEmptyStore, "delete blobs even when the store has no checkpoint at all (by default that looks like a wrong --prefix and stops the run)")
 
+	fs.StringVar(&c.MirrorFile, "mirror-file", c.MirrorFile, "the incremental sweep's mirror of the reference records, a local file (a persistent volume); empty: kept in memory and rebuilt by a full read at each start")
+	fs.BoolVar(&c.FullWalk, "full-walk", c.FullWalk, "sweep by walking every reference and reading every root from the bucket, without the mirror")
+	fs.Var(cli.Duration{D: &c.FullRunEvery}, "full-run-every", "how often a run also walks every reference and compares it with the mirror, deleting nothing when they differ (0: never)")
+
 	fs.BoolVar(&c.Once, "once", c.Once, "run once and exit with a code that tells the outcome (for cron)")
 	fs.Var(cli.Duration{D: &c.Interval}, "interval", "run now and then every interval until stopped (a daemon)")
 	fs.Var(cli.Duration{D: &c.LockTimeout}, "lock-timeout", "with --once, how long to wait for another sweeper's lock (0: exit 11 at once)")
@@ -123,6 +134,7 @@ func defaults() Config {
 		Etcd:            cli.DefaultEtcd(),
 		OlderThan:       24 * time.Hour,
 		BatchSize:       bucket.MaxDeleteKeys,
+		FullRunEvery:    7 * 24 * time.Hour,
 		LockTTL:         30 * time.Second,
 		ProbeTimeout:    10 * time.Second,
 		ShutdownTimeout: 20 * time.Second,

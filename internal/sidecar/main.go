@@ -164,7 +164,7 @@ func run(hard, stop context.Context, cfg Config, log *slog.Logger, h *health, li
 	// sweeper of the same group takes the same lock.
 	groups := GroupByBucket(cfg.Targets)
 	var sweepers []*Sweeper
-	for _, g := range groups {
+	for gi, g := range groups {
 		t := g[0]
 		s3 := cfg.S3
 		s3.Bucket, s3.Logger = t.Bucket, log
@@ -184,6 +184,13 @@ func run(hard, stop context.Context, cfg Config, log *slog.Logger, h *health, li
 			defer store.Close()
 			stores = append(stores, store)
 			metrics.Policies(gt.Name)
+		}
+		mirror, err := openMirror(stop, cfg, stores[0], len(groups), gi, len(g), log.With("prefix", t.Prefix))
+		if err != nil {
+			return failed("cannot open the mirror file", err)
+		}
+		if mirror != nil {
+			defer mirror.Close()
 		}
 		var others []OtherTarget
 		for i, gt := range g[1:] {
@@ -213,6 +220,8 @@ func run(hard, stop context.Context, cfg Config, log *slog.Logger, h *health, li
 			Bucket:          t.Bucket,
 			Others:          others,
 			Now:             runNow,
+			Mirror:          mirror,
+			FullRunEvery:    cfg.FullRunEvery,
 		}, log.With("prefix", t.Prefix, "bucket", t.Bucket), metrics)
 		defer sw.Close()
 		sweepers = append(sweepers, sw)
@@ -326,4 +335,36 @@ func changeBindings(ctx context.Context, cfg Config, sweepers []*Sweeper, log *s
 		log.Info("binding registry marked complete", "bucket", sw.opts.Bucket)
 	}
 	return nil
+}
+
+// openMirror opens the incremental sweep's mirror of store, the first of a
+// group of size stores (group gi of n): nil with --full-walk, and for a group
+// of several stores, which the walk sweeps together. With several groups
+// each has its own file, --mirror-file with ".<gi>" added.
+func openMirror(ctx context.Context, cfg Config, store *etcdstore.Store, n, gi, size int, log *slog.Logger) (*etcdstore.Mirror, error) {
+	if cfg.FullWalk {
+		log.Info("the sweep walks every reference (--full-walk)")
+		return nil, nil
+	}
+	if size > 1 {
+		log.Info("the prefixes sharing this bucket are swept by a full walk; the mirror serves a bucket of one prefix")
+		return nil, nil
+	}
+	path := cfg.MirrorFile
+	if path != "" && n > 1 {
+		path = fmt.Sprintf("%s.%d", path, gi)
+	}
+	m, err := store.OpenMirror(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	switch why := m.Stats().Discarded; {
+	case path == "":
+		log.Warn("no --mirror-file: the mirror is kept in memory, so the first sweep after each start reads every reference and every root from the bucket")
+	case why != "":
+		log.Warn("mirror file discarded; the first sweep rebuilds it from every reference", "path", path, "reason", why)
+	default:
+		log.Info("mirror file opened; the sweep follows the store from its revision", "path", path, "revision", m.Revision())
+	}
+	return m, nil
 }

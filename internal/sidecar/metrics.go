@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/cairnstore/cairn/etcdstore"
 	"github.com/cairnstore/cairn/internal/buildinfo"
 	"github.com/cairnstore/cairn/internal/etcdspace"
 	"github.com/cairnstore/cairn/sweep"
@@ -52,6 +53,9 @@ type Metrics struct {
 	waitingCandidates  prometheus.Gauge
 	// The binding registry.
 	uncovered prometheus.Gauge
+	// The incremental sweep's mirror.
+	mirrorMismatches                                                  prometheus.Counter
+	mirrorRevision, mirrorRebuilds, mirrorRestarts, mirrorObjectReads prometheus.Gauge
 }
 
 // NewMetrics creates the metrics on a new registry. dryRun sets the dry_run
@@ -110,6 +114,16 @@ func NewMetrics(dryRun bool) *Metrics {
 			"Unreferenced, unclaimed blobs whose grace had not passed at the last sweep."))),
 		uncovered: prometheus.NewGauge(prometheus.GaugeOpts(f("uncovered_bindings",
 			"Bindings of the bucket (prefixes on an etcd cluster) that the last sweep did not cover, plus 1 when the bucket has no binding registry: above 0 the sweep refused and deleted nothing."))),
+		mirrorMismatches: prometheus.NewCounter(prometheus.CounterOpts(f("mirror_mismatches_total",
+			"Full runs whose walk of every reference differed from the incremental sweep's mirror: the run deleted nothing and the mirror is rebuilt."))),
+		mirrorRevision: prometheus.NewGauge(prometheus.GaugeOpts(f("mirror_revision",
+			"etcd revision the incremental sweep's mirror reached at the last run; compare with the cluster's to see its lag."))),
+		mirrorRebuilds: prometheus.NewGauge(prometheus.GaugeOpts(f("mirror_rebuilds",
+			"Times since start the mirror was built from nothing (no file, or a file discarded as damaged, foreign or of another format)."))),
+		mirrorRestarts: prometheus.NewGauge(prometheus.GaugeOpts(f("mirror_watch_restarts",
+			"Times since start the mirror's watch ended compacted or failed (a compacted one costs one range read of the reference records)."))),
+		mirrorObjectReads: prometheus.NewGauge(prometheus.GaugeOpts(f("mirror_object_reads",
+			"Roots and reference chunks the mirror read from the bucket since start (each when it first became referenced)."))),
 	}
 	pol := func(name, help string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts(f(name, help)), []string{"policy"})
@@ -123,7 +137,8 @@ func NewMetrics(dryRun bool) *Metrics {
 	r.MustRegister(m.policyCheckpoints, m.policyThreads, m.policyBlobs, m.policyBytes, m.policyProtected, m.policyBusy)
 	r.MustRegister(m.runs, m.deleted, m.freed, m.deleteFailures, m.pruned, m.duration, m.lastSuccess, m.lastRun,
 		m.dryRun, m.lockHeld, m.bucketBlobs, m.bucketBytes, m.unreferenced, m.references, m.verifyProblems,
-		m.verifyRepaired, m.busyThreadsSkipped, m.marked, m.aborted, m.claimed, m.unsettled, m.waitingCandidates, m.uncovered)
+		m.verifyRepaired, m.busyThreadsSkipped, m.marked, m.aborted, m.claimed, m.unsettled, m.waitingCandidates, m.uncovered,
+		m.mirrorMismatches, m.mirrorRevision, m.mirrorRebuilds, m.mirrorRestarts, m.mirrorObjectReads)
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts(f("build_info", "Always 1; the labels describe the binary.")),
 		[]string{"version", "goversion"})
@@ -235,6 +250,25 @@ func (m *Metrics) observePrune(policy string, p sweep.PruneReport) {
 	m.policyThreads.WithLabelValues(policy).Add(float64(p.ThreadsDeleted))
 	m.policyProtected.WithLabelValues(policy).Add(float64(p.Protected))
 	m.policyBusy.WithLabelValues(policy).Add(float64(len(p.Busy)))
+}
+
+// mirrorMismatch counts a full run whose comparison failed.
+func (m *Metrics) mirrorMismatch() {
+	if m == nil {
+		return
+	}
+	m.mirrorMismatches.Inc()
+}
+
+// observeMirror publishes the mirror's counters and revision.
+func (m *Metrics) observeMirror(st etcdstore.MirrorStats, rev int64) {
+	if m == nil {
+		return
+	}
+	m.mirrorRevision.Set(float64(rev))
+	m.mirrorRebuilds.Set(float64(st.Rebuilds))
+	m.mirrorRestarts.Set(float64(st.WatchRestarts))
+	m.mirrorObjectReads.Set(float64(st.ObjectReads))
 }
 
 // WatchEtcd adds the space gauges of the cluster client talks to, read at

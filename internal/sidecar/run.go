@@ -55,6 +55,12 @@ type RunOptions struct {
 	Now func() time.Time
 	// Bucket names the bucket in log lines.
 	Bucket string
+	// Mirror, when set, answers the sweep's reference reads (the
+	// incremental sweep, etcdstore.Mirrored); nil walks every reference.
+	// Every FullRunEvery (0: never) a run first compares it with a full
+	// walk (Mirrored.Check) and deletes nothing when they differ.
+	Mirror       *etcdstore.Mirror
+	FullRunEvery time.Duration
 	// Others are the other prefixes whose objects the bucket holds: each is
 	// pruned by its own policy after the sweeper's store, and the one sweep
 	// of the bucket covers them all (sweep.Options.Others). Their stores
@@ -82,6 +88,9 @@ type Sweeper struct {
 	metrics *Metrics
 	lock    *locker
 	holder  string
+	// lastFull is when the last full run's comparison passed (or the
+	// sweeper started).
+	lastFull time.Time
 	// beforePrune, when set, runs right before the prune; tests use it to
 	// lose the lock or to stop the run there.
 	beforePrune func(ctx context.Context, held *heldLock)
@@ -110,14 +119,15 @@ func NewSweeper(client *clientv3.Client, store *etcdstore.Store, blobs sweep.Blo
 	}
 	host, _ := os.Hostname()
 	return &Sweeper{
-		client:  client,
-		store:   store,
-		blobs:   blobs,
-		opts:    opts,
-		log:     log,
-		metrics: metrics,
-		lock:    newLocker(client, store.Layout(), opts.LockTTL, opts.RequestTimeout, log),
-		holder:  fmt.Sprintf("%s/%d", host, os.Getpid()),
+		lastFull: time.Now(),
+		client:   client,
+		store:    store,
+		blobs:    blobs,
+		opts:     opts,
+		log:      log,
+		metrics:  metrics,
+		lock:     newLocker(client, store.Layout(), opts.LockTTL, opts.RequestTimeout, log),
+		holder:   fmt.Sprintf("%s/%d", host, os.Getpid()),
 	}
 }
 
@@ -327,6 +337,12 @@ func (s *Sweeper) phases(ctx, stop context.Context, held *heldLock, st *Status, 
 		return err
 	}
 	refs := &refsView{store: guarded, stop: stop}
+	if m := s.opts.Mirror; m != nil {
+		refs.mirrored = guarded.WithMirror(m)
+		if err := s.fullRun(ctx, stop, refs.mirrored, log); err != nil {
+			return interrupted(err)
+		}
+	}
 	var others []sweep.Other
 	views := []*refsView{refs}
 	for i, o := range s.opts.Others {
@@ -553,6 +569,8 @@ type refsView struct {
 	store *etcdstore.Store
 	stop  context.Context
 	seen  atomic.Int64
+	// mirrored, when set, answers ReadBlobGC from the mirror.
+	mirrored *etcdstore.Mirrored
 }
 
 var (
@@ -588,10 +606,14 @@ func (r *refsView) WalkBlobReferences(ctx context.Context, fn func(cairn.BlobRef
 func (r *refsView) ReadBlobGC(ctx context.Context, fn func(cairn.BlobReference) error) (cairn.BlobGCView, error) {
 	c, cancel := merge(ctx, r.stop)
 	defer cancel()
-	return r.store.ReadBlobGC(c, func(ref cairn.BlobReference) error {
+	count := func(ref cairn.BlobReference) error {
 		r.seen.Add(1)
 		return fn(ref)
-	})
+	}
+	if r.mirrored != nil {
+		return r.mirrored.ReadBlobGC(c, count)
+	}
+	return r.store.ReadBlobGC(c, count)
 }
 
 // MarkBlobs, BeginBlobDeletes and DropBlobRecords are the sweep's steps
@@ -660,4 +682,36 @@ func (b blobsView) List(ctx context.Context, prefix, token string, limit int) (b
 	c, cancel := merge(ctx, b.stop)
 	defer cancel()
 	return b.Blobs.List(c, prefix, token, limit)
+}
+
+// fullRun, when a full run is due (RunOptions.FullRunEvery), compares the
+// mirror with a full walk at one revision (etcdstore.Mirrored.Check). When
+// they differ it returns an error matching etcdstore.ErrMirrorMismatch: the
+// run deletes nothing, and the discarded mirror is rebuilt by the next run.
+// The schedule is the process's: a restart starts it again.
+func (s *Sweeper) fullRun(ctx, stop context.Context, x *etcdstore.Mirrored, log *slog.Logger) error {
+	defer s.observeMirror(x.Mirror())
+	if s.opts.FullRunEvery <= 0 || time.Since(s.lastFull) < s.opts.FullRunEvery {
+		return nil
+	}
+	c, cancel := merge(ctx, stop)
+	defer cancel()
+	log.Info("full run: comparing the mirror with a walk of every reference", "phase", "full-run")
+	err := x.Check(c)
+	if errors.Is(err, etcdstore.ErrMirrorMismatch) {
+		s.metrics.mirrorMismatch()
+		log.Error("full run: the mirror differs from the walk; nothing is deleted, the mirror is rebuilt", "phase", "full-run", "error", err)
+		return err
+	}
+	if err != nil {
+		return fmt.Errorf("full run: %w", err)
+	}
+	s.lastFull = time.Now()
+	log.Info("full run: the mirror equals the walk", "phase", "full-run", "revision", x.Mirror().Revision())
+	return nil
+}
+
+// observeMirror publishes the mirror's counters.
+func (s *Sweeper) observeMirror(m *etcdstore.Mirror) {
+	s.metrics.observeMirror(m.Stats(), m.Revision())
 }

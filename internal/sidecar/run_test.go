@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -287,6 +288,39 @@ func TestRun(t *testing.T) {
 		}
 		if gauge(t, m, "last_success_timestamp_seconds") == 0 {
 			t.Errorf("last_success_timestamp_seconds is 0")
+		}
+	})
+
+	t.Run("Mirror", func(t *testing.T) {
+		// The incremental sweep, with a full run's comparison at each run:
+		// the same deletions as the walk's.
+		f := newFixture(t, client, true)
+		mirror, err := f.store.OpenMirror(t.Context(), filepath.Join(t.TempDir(), "mirror.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { mirror.Close() })
+		m := NewMetrics(false)
+		before := f.keys(t)
+		sw := f.sweeper(t, RunOptions{Keep: 1, OlderThan: 0, Verify: true, Mirror: mirror, FullRunEvery: time.Nanosecond}, m)
+		rep, err := sw.Run(t.Context(), t.Context(), LockMode{})
+		if err != nil {
+			t.Fatalf("Run: %v\n%s", err, f.log.String())
+		}
+		if got, want := f.keys(t), without(before, f.orphans, f.prunedOnly); !slices.Equal(got, want) {
+			t.Errorf("bucket = %v; want %v", got, want)
+		}
+		equal(t, "deleted", len(rep.Sweep.Deleted), 7)
+		if !strings.Contains(f.log.String(), "full run: the mirror equals the walk") {
+			t.Errorf("no full run in the log:\n%s", f.log.String())
+		}
+		for name, want := range map[string]float64{
+			"mirror_mismatches_total": 0, "mirror_rebuilds": 1, "mirror_watch_restarts": 0,
+		} {
+			equal(t, name, gauge(t, m, name), want)
+		}
+		if gauge(t, m, "mirror_revision") == 0 {
+			t.Errorf("mirror_revision is 0")
 		}
 	})
 

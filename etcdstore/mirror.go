@@ -1,0 +1,905 @@
+package etcdstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"hash/crc64"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/bucket"
+	"github.com/cairnstore/cairn/keys"
+)
+
+// A Mirror is the sweeper's local copy of what a store's reference records
+// keep alive (docs/design.md, "The incremental sweep"). It holds every
+// reference record under the store's prefix as of one etcd revision, and a
+// count for every bucket key they keep: a blob key of a version-1 record
+// directly, and for the capacity layout a root (or transcript) node, whose
+// objects and reference chunks it keeps, and a reference-chunk node, whose
+// blob keys it keeps. A node's children are read from the bucket when its
+// count goes from 0 to 1 and kept in the file; they are immutable (the object
+// is named by its digest), so they are never read again while kept. Counts
+// are exact, as the walk counts them: a child's count is the sum of its
+// parents' counts, so that a dry run's released references cancel them as
+// they cancel the walk's.
+//
+// Sync brings the mirror to the current revision by following the reference
+// records with an etcd watch from the mirror's revision; a compacted revision
+// costs one paginated range read at a fixed revision, diffed against the
+// mirror; an empty mirror (a new or lost file) is built by that same read.
+// Each Sync persists what changed and the revision in one bbolt transaction.
+//
+// A Mirror is safe for use by one goroutine at a time.
+type Mirror struct {
+	s    *Store
+	db   *bolt.DB // nil: kept in memory only
+	path string
+
+	rev     int64
+	cluster uint64
+	// recs are the reference records by etcd key: a lease byte (1 when the
+	// record was staged under a lease, so that it references nothing) and
+	// the value.
+	recs map[string][]byte
+	// kids are the children of the live nodes (see nodeID).
+	kids   map[string][]string
+	counts map[string]int
+	// names interns the keys and node ids of kids and edges, so that a key
+	// that many nodes name is held once.
+	names map[string]string
+	// parts are where the reference chunks of the roots read in this sync
+	// are (see read).
+	parts map[keys.Digest]objPart
+	// sum is the XOR of recHash over recs, persisted so that a truncated file
+	// is found.
+	sum uint64
+
+	// Changes since the last persist.
+	dirtyRecs map[string]bool
+	dirtyKids map[string]bool
+	// zeroed are the bucket keys whose count fell to zero since Zeroed was
+	// last called.
+	zeroed map[string]bool
+
+	stats  MirrorStats
+	broken mirrorFault
+}
+
+// MirrorStats count what a Mirror did since it was opened.
+type MirrorStats struct {
+	// Rebuilds is the number of times the mirror was built from an empty
+	// state: a missing, unreadable, foreign or corrupt file.
+	Rebuilds int64
+	// Relists is the number of paginated range reads of the reference
+	// records (cold builds and compacted watches).
+	Relists int64
+	// WatchRestarts is the number of watches that ended compacted or failed.
+	WatchRestarts int64
+	// Events is the number of watch events applied.
+	Events int64
+	// ObjectReads is the number of objects read from the bucket for nodes.
+	ObjectReads int64
+	// Discarded says why the file's state was discarded at open, or "".
+	Discarded string
+}
+
+// mirrorFault is a deliberately broken mirror, for the tests that show the
+// differential test catches each kind of fault.
+type mirrorFault struct {
+	dropEvent  int  // drop the n-th watch event (from 1); 0 drops none
+	trustStale bool // on a compacted watch, resume from the current revision without the range read
+	forkShort  bool // a root record naming an already-live root does not count it
+	skipSync   bool // Mirrored.ReadBlobGC decides on the mirror as it stands
+}
+
+// ErrMirror: the mirror cannot be used (its file cannot be opened or written).
+var ErrMirror = errors.New("etcdstore: mirror")
+
+// mirrorLockWait is how long OpenMirror waits for a file another process
+// holds open.
+const mirrorLockWait = 5 * time.Second
+
+// mirrorFormat is the version of the mirror file's format; a file of another
+// version is discarded and rebuilt.
+const mirrorFormat = 1
+
+var (
+	mirrorMeta = []byte("meta")
+	mirrorRecs = []byte("recs")
+	mirrorKids = []byte("kids")
+	castagnoli = crc32.MakeTable(crc32.Castagnoli)
+	ecma       = crc64.MakeTable(crc64.ECMA)
+)
+
+// OpenMirror opens the mirror file at path, creating it if needed, and
+// returns a mirror of s's reference records. A file written for another
+// prefix or cluster, by another format version, or that fails its checksums is
+// discarded (MirrorStats.Discarded says why) and the next Sync rebuilds it;
+// so is an empty path, which keeps the mirror in memory only. The store must
+// have Options.Objects when its checkpoints use the capacity layout. Errors:
+// the file cannot be opened or written (ErrMirror), or ctx's error.
+func (s *Store) OpenMirror(ctx context.Context, path string) (*Mirror, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	m := &Mirror{s: s, path: path}
+	m.reset()
+	if path == "" {
+		m.stats.Discarded = "no file"
+		return m, nil
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: mirrorLockWait})
+	if err != nil && !errors.Is(err, bolterrors.ErrTimeout) {
+		// Not a bbolt file, or a damaged one: it can only be rebuilt.
+		m.s.log.Warn("etcdstore: mirror file unreadable; removing it, the next sync rebuilds it", "path", path, "err", err)
+		if rerr := os.Remove(path); rerr != nil {
+			return nil, fmt.Errorf("%w: open %s: %w (and remove it: %w)", ErrMirror, path, err, rerr)
+		}
+		m.stats.Discarded = "unreadable file: " + err.Error()
+		db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: mirrorLockWait})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: open %s: %w", ErrMirror, path, err)
+	}
+	m.db = db
+	if why := m.load(); why != "" {
+		m.stats.Discarded = why
+		m.s.log.Warn("etcdstore: mirror file discarded; the next sync rebuilds it", "path", path, "reason", why)
+		m.reset()
+		if err := m.db.Update(func(tx *bolt.Tx) error {
+			for _, b := range [][]byte{mirrorMeta, mirrorRecs, mirrorKids} {
+				if tx.Bucket(b) != nil {
+					if err := tx.DeleteBucket(b); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("%w: clear %s: %w", ErrMirror, path, err)
+		}
+	}
+	return m, nil
+}
+
+// Close closes the mirror's file.
+func (m *Mirror) Close() error {
+	if m.db == nil {
+		return nil
+	}
+	return m.db.Close()
+}
+
+// Revision returns the etcd revision the mirror is at: 0 before the first
+// Sync of an empty mirror.
+func (m *Mirror) Revision() int64 { return m.rev }
+
+// Stats returns what the mirror did since it was opened.
+func (m *Mirror) Stats() MirrorStats { return m.stats }
+
+// Records returns the number of reference records the mirror holds.
+func (m *Mirror) Records() int { return len(m.recs) }
+
+// Discard empties the mirror and its file: the next Sync rebuilds it.
+// Errors: the file could not be written (ErrMirror).
+func (m *Mirror) Discard() error {
+	for k := range m.recs {
+		m.dirtyRecs[k] = true
+	}
+	for k := range m.kids {
+		m.dirtyKids[k] = true
+	}
+	dr, dk := m.dirtyRecs, m.dirtyKids
+	m.reset()
+	m.dirtyRecs, m.dirtyKids = dr, dk
+	return m.persist()
+}
+
+func (m *Mirror) reset() {
+	m.rev, m.cluster, m.sum = 0, 0, 0
+	m.recs = map[string][]byte{}
+	m.kids = map[string][]string{}
+	m.counts = map[string]int{}
+	m.names = map[string]string{}
+	m.parts = map[keys.Digest]objPart{}
+	m.dirtyRecs = map[string]bool{}
+	m.dirtyKids = map[string]bool{}
+	m.zeroed = map[string]bool{}
+}
+
+// Live calls fn for every bucket key the mirror counts as referenced, in key
+// order, with its count, which is the walk's. It stops at fn's error.
+func (m *Mirror) Live(fn func(cairn.BlobReference) error) error {
+	ks := make([]string, 0, len(m.counts))
+	for k := range m.counts {
+		if !isNode(k) {
+			ks = append(ks, k)
+		}
+	}
+	slices.Sort(ks)
+	for _, k := range ks {
+		if err := fn(cairn.BlobReference{Key: k, References: m.counts[k]}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Referenced reports whether the mirror counts key as referenced.
+func (m *Mirror) Referenced(key string) bool { return m.counts[key] > 0 }
+
+// Zeroed returns, sorted, the bucket keys whose count fell to zero since the
+// last call (and are still at zero): the incremental sweep's candidates.
+func (m *Mirror) Zeroed() []string {
+	var out []string
+	for k := range m.zeroed {
+		if m.counts[k] == 0 {
+			out = append(out, k)
+		}
+	}
+	m.zeroed = map[string]bool{}
+	slices.Sort(out)
+	return out
+}
+
+// name returns the interned copy of k.
+func (m *Mirror) name(k string) string {
+	if v, ok := m.names[k]; ok {
+		return v
+	}
+	m.names[k] = k
+	return k
+}
+
+// Node ids: a byte 0, the role, the digest. Bucket keys never start with 0.
+const (
+	nodeRoot       = 'R' // a checkpoint's root: the root, its objects, its reference chunks
+	nodeTranscript = 'T' // a transcript's root: the root and its conversation parts
+	nodeChunk      = 'C' // a reference chunk: its blob keys
+)
+
+func nodeID(role byte, d keys.Digest) string {
+	return string(append([]byte{0, role}, d[:]...))
+}
+
+func isNode(k string) bool { return len(k) > 0 && k[0] == 0 }
+
+// edges returns what the reference record key with value v (lease: staged)
+// keeps, as the walk reads it (walkRefs): nothing while staged; the blob keys
+// of a version-1 record; the node of a root or transcript record.
+func (m *Mirror) edges(key string, v []byte) ([]string, error) {
+	if len(v) == 0 || v[0] != 0 {
+		return nil, nil // staged by a write not yet published
+	}
+	val := v[1:]
+	refs := m.s.layout.Refs()
+	if len(key) <= len(refs) || key[:len(refs)] != string(refs) {
+		return nil, corrupt("reference record key", []byte(key), errors.New("outside the reference records"))
+	}
+	shard := key[len(refs)]
+	switch {
+	case shard < keys.NumShards:
+		if len(val)%keys.DigestLen != 0 {
+			return nil, corrupt("reference record", []byte(key), fmt.Errorf("length %d", len(val)))
+		}
+		out := make([]string, 0, len(val)/keys.DigestLen)
+		for i := 0; i < len(val); i += keys.DigestLen {
+			out = append(out, m.name(keys.BlobKey(shard, keys.Digest(val[i:i+keys.DigestLen]))))
+		}
+		return out, nil
+	case shard == keys.RootShard || shard == keys.TranscriptShard:
+		if len(val) != keys.DigestLen {
+			return nil, corrupt("root reference record", []byte(key), fmt.Errorf("length %d", len(val)))
+		}
+		role := byte(nodeRoot)
+		if shard == keys.TranscriptShard {
+			role = nodeTranscript
+		}
+		return []string{m.name(nodeID(role, keys.Digest(val)))}, nil
+	}
+	return nil, nil // a shard the walk does not read
+}
+
+// read reads from the bucket what the nodes ids keep, through the functions
+// the walk uses (objRoot.namedObjects, objRoot.convObjects, fetchParts,
+// countListings): a record form they learn flows into the mirror. Roots are
+// read objectParallel at a time; reference chunks all in one fetchParts, as
+// the walk reads them, so that the members of one pack cost one request. A
+// root's reference chunks are remembered with where they are (a packed
+// root's are members of packs) until their own nodes are read, in the same
+// sync.
+func (m *Mirror) read(ctx context.Context, ids []string) ([][]string, error) {
+	out := make([][]string, len(ids))
+	var roots, chunks []int
+	for i, id := range ids {
+		if id[1] == nodeChunk {
+			chunks = append(chunks, i)
+		} else {
+			roots = append(roots, i)
+		}
+	}
+	var mu sync.Mutex
+	err := forEach(ctx, len(roots), objectParallel, func(ctx context.Context, j int) error {
+		i := roots[j]
+		d := keys.Digest([]byte(ids[i][2:]))
+		r, err := m.s.root(ctx, d)
+		if err != nil {
+			return err
+		}
+		var kids []string
+		if ids[i][1] == nodeTranscript {
+			for _, o := range r.convObjects(d) {
+				kids = append(kids, objectKey(o))
+			}
+		} else {
+			for _, o := range r.namedObjects(d) {
+				kids = append(kids, objectKey(o))
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if ids[i][1] == nodeRoot {
+			for _, c := range r.refs {
+				m.parts[c.digest] = c
+				kids = append(kids, nodeID(nodeChunk, c.digest))
+			}
+		}
+		out[i] = kids
+		m.stats.ObjectReads++
+		return nil
+	})
+	if err != nil || len(chunks) == 0 {
+		return out, err
+	}
+	parts := make([]objPart, len(chunks))
+	for j, i := range chunks {
+		d := keys.Digest([]byte(ids[i][2:]))
+		p, ok := m.parts[d]
+		if !ok {
+			p = objPart{digest: d} // an object of its own
+		}
+		parts[j] = p
+	}
+	got, err := m.s.fetchParts(ctx, parts)
+	if err != nil {
+		return nil, err
+	}
+	m.stats.ObjectReads += int64(len(chunks))
+	for j, i := range chunks {
+		refs, err := countListings([]refListing{{chunks: []keys.Digest{parts[j].digest}}}, func(key string) ([]byte, error) {
+			if b, ok := got[key]; ok {
+				return b, nil
+			}
+			return nil, bucket.ErrNotFound
+		})
+		if err != nil {
+			return nil, err
+		}
+		kids := make([]string, len(refs))
+		for k, r := range refs {
+			kids[k] = r.Key
+		}
+		out[i] = kids
+	}
+	return out, nil
+}
+
+// change is the records a sync changed: each key's value before the sync
+// (nil: none).
+type change map[string][]byte
+
+// setRecord sets (v non-nil) or removes the record key, remembering its
+// value before the sync in ch.
+func (m *Mirror) setRecord(ch change, key string, v []byte) {
+	old, had := m.recs[key]
+	if _, seen := ch[key]; !seen {
+		ch[key] = old
+	}
+	if had {
+		m.sum ^= recHash(key, old)
+	}
+	if v == nil {
+		delete(m.recs, key)
+	} else {
+		m.recs[key] = v
+		m.sum ^= recHash(key, v)
+	}
+	m.dirtyRecs[key] = true
+}
+
+func recHash(key string, v []byte) uint64 {
+	h := crc64.New(ecma)
+	h.Write([]byte(key))
+	h.Write([]byte{0})
+	h.Write(v)
+	return h.Sum64()
+}
+
+// apply counts what the changed records keep now instead of what they kept
+// before: additions first (reading the children of nodes that become live),
+// then removals, so that a record moved within the sync never takes a count
+// through zero.
+func (m *Mirror) apply(ctx context.Context, ch change) error {
+	var adds, dels []string
+	for key, old := range ch {
+		now := m.recs[key]
+		if bytes.Equal(old, now) {
+			continue
+		}
+		a, err := m.edges(key, now)
+		if err != nil {
+			return err
+		}
+		d, err := m.edges(key, old)
+		if err != nil {
+			return err
+		}
+		if m.broken.forkShort {
+			a = slices.DeleteFunc(a, func(e string) bool { return isNode(e) && e[1] == nodeRoot && m.counts[e] > 0 })
+		}
+		adds = append(adds, a...)
+		dels = append(dels, d...)
+	}
+	if err := m.add(ctx, adds); err != nil {
+		return err
+	}
+	for len(dels) > 0 {
+		k := dels[len(dels)-1]
+		dels = dels[:len(dels)-1]
+		n := m.counts[k]
+		if n == 0 {
+			continue // not counted: cannot happen while the counts are exact
+		}
+		if isNode(k) {
+			dels = append(dels, m.kids[k]...)
+		}
+		if n > 1 {
+			m.counts[k] = n - 1
+			continue
+		}
+		delete(m.counts, k)
+		delete(m.names, k)
+		if isNode(k) {
+			delete(m.kids, k)
+			m.dirtyKids[k] = true
+		} else {
+			m.zeroed[k] = true
+		}
+	}
+	return nil
+}
+
+// add counts the keys ks once more each, and the children of each node
+// among them once more each (so a count is exact: a child's count is the sum
+// of its parents' counts), level by level. The children of a node that is
+// not kept are read first, objectParallel nodes at a time.
+func (m *Mirror) add(ctx context.Context, ks []string) error {
+	for len(ks) > 0 {
+		var fresh []string
+		for _, k := range ks {
+			m.counts[k]++
+			if isNode(k) {
+				if _, ok := m.kids[k]; !ok {
+					m.kids[k] = nil // read below
+					fresh = append(fresh, k)
+				}
+			}
+		}
+		got, err := m.read(ctx, fresh)
+		if err != nil {
+			return fmt.Errorf("etcdstore: mirror: read the objects of new roots: %w", err)
+		}
+		for i, k := range fresh {
+			for j, c := range got[i] {
+				got[i][j] = m.name(c)
+			}
+			m.kids[k] = got[i]
+			m.dirtyKids[k] = true
+		}
+		var next []string
+		for _, k := range ks {
+			if isNode(k) {
+				next = append(next, m.kids[k]...)
+			}
+		}
+		ks = next
+	}
+	m.parts = map[keys.Digest]objPart{}
+	return nil
+}
+
+// Sync brings the mirror to the store's current revision (at least), persists
+// it, and returns that revision. Every reference record the mirror holds is as
+// at the returned revision: a sweep that read GC records and claims at
+// revision R and then calls Sync decides on references at a revision no older
+// than R. An empty mirror is built by one paginated range read; a watch that
+// finds its revision compacted costs one such read, diffed against the
+// mirror. Errors: etcd or the bucket failed (the mirror keeps its last
+// persisted state; a later Sync goes on from it), a record does not decode
+// , the file could not be written (ErrMirror), or ctx's error.
+func (m *Mirror) Sync(ctx context.Context) (int64, error) {
+	target, cluster, err := m.current(ctx)
+	if err != nil {
+		return m.rev, err
+	}
+	if m.rev != 0 && m.cluster != cluster {
+		m.s.log.Warn("etcdstore: mirror of another cluster; rebuilding", "file_cluster", m.cluster, "cluster", cluster)
+		m.reset()
+	}
+	m.cluster = cluster
+	ch := change{}
+	if m.rev == 0 {
+		m.stats.Rebuilds++
+		if err := m.relist(ctx, ch, target); err != nil {
+			return m.abandon(err)
+		}
+	} else if m.rev < target {
+		if err := m.follow(ctx, ch, target); err != nil {
+			return m.abandon(err)
+		}
+	}
+	if err := m.apply(ctx, ch); err != nil {
+		return m.abandon(err)
+	}
+	if err := m.persist(); err != nil {
+		return m.abandon(err)
+	}
+	return m.rev, nil
+}
+
+// abandon drops what a failed sync changed in memory by reloading the
+// persisted state (or, without a file, starting empty).
+func (m *Mirror) abandon(err error) (int64, error) {
+	m.reset()
+	if m.db != nil {
+		if why := m.load(); why != "" {
+			m.reset()
+		}
+	}
+	return m.rev, err
+}
+
+// current returns the store's current revision and cluster id, from a read of
+// one key.
+func (m *Mirror) current(ctx context.Context) (int64, uint64, error) {
+	resp, err := m.s.client.Get(ctx, string(m.s.layout.Refs()), clientv3.WithKeysOnly())
+	if err != nil {
+		return 0, 0, fmt.Errorf("etcdstore: mirror: read the current revision: %w", err)
+	}
+	return resp.Header.Revision, resp.Header.ClusterId, nil
+}
+
+// relist reads every reference record at revision rev, page by page, and
+// sets the mirror to them.
+func (m *Mirror) relist(ctx context.Context, ch change, rev int64) error {
+	m.stats.Relists++
+	seen := make(map[string]bool, len(m.recs))
+	err := m.s.scanAt(ctx, &rev, m.s.layout.Refs(), func(kv *mvccpb.KeyValue) error {
+		k := string(kv.Key)
+		seen[k] = true
+		v := recValue(kv)
+		if old, ok := m.recs[k]; !ok || !bytes.Equal(old, v) {
+			m.setRecord(ch, k, v)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("etcdstore: mirror: read the reference records at revision %d: %w", rev, err)
+	}
+	for k := range m.recs {
+		if !seen[k] {
+			m.setRecord(ch, k, nil)
+		}
+	}
+	m.rev = rev
+	return nil
+}
+
+func recValue(kv *mvccpb.KeyValue) []byte {
+	v := make([]byte, 1, 1+len(kv.Value))
+	if kv.Lease != 0 {
+		v[0] = 1
+	}
+	return append(v, kv.Value...)
+}
+
+// follow watches the reference records from the mirror's revision until the
+// watch has delivered every event up to target, asking for progress
+// notifications (WithProgressNotify, and RequestProgress while it waits) so
+// that a quiet prefix still reaches it.
+func (m *Mirror) follow(ctx context.Context, ch change, target int64) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := m.s.client.Watch(wctx, string(m.s.layout.Refs()), clientv3.WithPrefix(),
+		clientv3.WithRev(m.rev+1), clientv3.WithProgressNotify())
+	// etcd answers a progress request only once the watcher has caught up
+	// (and drops it before), so the request is repeated until the watch
+	// reaches the target; the wait only paces the requests.
+	wait := 20 * time.Millisecond
+	tick := time.NewTimer(0)
+	defer tick.Stop()
+	for m.rev < target {
+		var resp clientv3.WatchResponse
+		var ok bool
+		select {
+		case resp, ok = <-wch:
+		case <-tick.C:
+			if err := m.s.client.RequestProgress(wctx); err != nil {
+				return fmt.Errorf("etcdstore: mirror: request watch progress: %w", err)
+			}
+			tick.Reset(wait)
+			wait = min(2*wait, time.Second)
+			continue
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if !ok {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			return fmt.Errorf("etcdstore: mirror: the watch closed at revision %d", m.rev)
+		}
+		if resp.CompactRevision != 0 || errors.Is(resp.Err(), rpctypes.ErrCompacted) {
+			m.stats.WatchRestarts++
+			m.s.log.Info("etcdstore: mirror's revision compacted; reading the reference records again", "revision", m.rev, "compacted", resp.CompactRevision)
+			if m.broken.trustStale {
+				m.rev = target
+				return nil
+			}
+			return m.relist(ctx, ch, target)
+		}
+		if err := resp.Err(); err != nil {
+			m.stats.WatchRestarts++
+			return fmt.Errorf("etcdstore: mirror: watch: %w", err)
+		}
+		for _, ev := range resp.Events {
+			m.stats.Events++
+			if m.broken.dropEvent != 0 && m.stats.Events == int64(m.broken.dropEvent) {
+				m.rev = ev.Kv.ModRevision
+				continue
+			}
+			k := string(ev.Kv.Key)
+			if ev.Type == clientv3.EventTypeDelete {
+				if _, ok := m.recs[k]; ok {
+					m.setRecord(ch, k, nil)
+				}
+			} else {
+				m.setRecord(ch, k, recValue(ev.Kv))
+			}
+			m.rev = ev.Kv.ModRevision
+		}
+		if resp.IsProgressNotify() && resp.Header.Revision > m.rev {
+			m.rev = resp.Header.Revision
+		}
+	}
+	return nil
+}
+
+// The file: bucket meta holds the header (format, prefix, cluster, revision,
+// record count and hash, and a checksum of them); recs the records, kids the
+// children of live nodes, each value followed by its CRC-32C.
+
+func sealed(v []byte) []byte {
+	return binary.BigEndian.AppendUint32(slices.Clip(v), crc32.Checksum(v, castagnoli))
+}
+
+func unseal(v []byte) ([]byte, bool) {
+	if len(v) < 4 {
+		return nil, false
+	}
+	body := v[:len(v)-4]
+	return body, crc32.Checksum(body, castagnoli) == binary.BigEndian.Uint32(v[len(v)-4:])
+}
+
+func (m *Mirror) header() []byte {
+	b := binary.BigEndian.AppendUint32(nil, mirrorFormat)
+	b = binary.AppendUvarint(b, uint64(len(m.s.prefix)))
+	b = append(b, m.s.prefix...)
+	b = binary.BigEndian.AppendUint64(b, m.cluster)
+	b = binary.BigEndian.AppendUint64(b, uint64(m.rev))
+	b = binary.BigEndian.AppendUint64(b, uint64(len(m.recs)))
+	b = binary.BigEndian.AppendUint64(b, m.sum)
+	return sealed(b)
+}
+
+func encodeKids(ks []string) []byte {
+	var b []byte
+	for _, k := range ks {
+		b = binary.AppendUvarint(b, uint64(len(k)))
+		b = append(b, k...)
+	}
+	return sealed(b)
+}
+
+func decodeKids(v []byte) ([]string, bool) {
+	b, ok := unseal(v)
+	if !ok {
+		return nil, false
+	}
+	out := []string{}
+	for len(b) > 0 {
+		n, w := binary.Uvarint(b)
+		if w <= 0 || uint64(len(b)-w) < n {
+			return nil, false
+		}
+		out = append(out, string(b[w:w+int(n)]))
+		b = b[w+int(n):]
+	}
+	return out, true
+}
+
+// persist writes what changed and the revision in one transaction.
+func (m *Mirror) persist() error {
+	defer func() {
+		m.dirtyRecs = map[string]bool{}
+		m.dirtyKids = map[string]bool{}
+	}()
+	if m.db == nil {
+		return nil
+	}
+	err := m.db.Update(func(tx *bolt.Tx) error {
+		bs := make([]*bolt.Bucket, 3)
+		for i, name := range [][]byte{mirrorMeta, mirrorRecs, mirrorKids} {
+			b, err := tx.CreateBucketIfNotExists(name)
+			if err != nil {
+				return err
+			}
+			bs[i] = b
+		}
+		for k := range m.dirtyRecs {
+			var err error
+			if v, ok := m.recs[k]; ok {
+				err = bs[1].Put([]byte(k), sealed(v))
+			} else {
+				err = bs[1].Delete([]byte(k))
+			}
+			if err != nil {
+				return err
+			}
+		}
+		for k := range m.dirtyKids {
+			var err error
+			if ks, ok := m.kids[k]; ok {
+				err = bs[2].Put([]byte(k), encodeKids(ks))
+			} else {
+				err = bs[2].Delete([]byte(k))
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return bs[0].Put([]byte("header"), m.header())
+	})
+	if err != nil {
+		return fmt.Errorf("%w: write %s: %w", ErrMirror, m.path, err)
+	}
+	return nil
+}
+
+// load reads the file into the mirror and counts from it, with no etcd or
+// bucket read. It returns why the file cannot be used, or "" (an empty file is
+// used: the next Sync builds it).
+func (m *Mirror) load() string {
+	why := ""
+	err := m.db.View(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(mirrorMeta)
+		if meta == nil {
+			if tx.Bucket(mirrorRecs) != nil || tx.Bucket(mirrorKids) != nil {
+				why = "no header"
+			}
+			return nil
+		}
+		h, ok := unseal(meta.Get([]byte("header")))
+		if !ok || len(h) < 4 {
+			why = "header checksum"
+			return nil
+		}
+		if v := binary.BigEndian.Uint32(h); v != mirrorFormat {
+			why = fmt.Sprintf("format version %d, not %d", v, mirrorFormat)
+			return nil
+		}
+		h = h[4:]
+		n, w := binary.Uvarint(h)
+		if w <= 0 || uint64(len(h)-w) < n || len(h)-w-int(n) != 32 {
+			why = "header length"
+			return nil
+		}
+		if p := string(h[w : w+int(n)]); p != m.s.prefix {
+			why = fmt.Sprintf("written for prefix %q", p)
+			return nil
+		}
+		h = h[w+int(n):]
+		m.cluster = binary.BigEndian.Uint64(h)
+		m.rev = int64(binary.BigEndian.Uint64(h[8:]))
+		nrecs := binary.BigEndian.Uint64(h[16:])
+		sum := binary.BigEndian.Uint64(h[24:])
+		if recs := tx.Bucket(mirrorRecs); recs != nil {
+			if err := recs.ForEach(func(k, v []byte) error {
+				body, ok := unseal(v)
+				if !ok {
+					return errors.New("record checksum")
+				}
+				m.recs[string(k)] = bytes.Clone(body)
+				m.sum ^= recHash(string(k), body)
+				return nil
+			}); err != nil {
+				why = err.Error()
+				return nil
+			}
+		}
+		if uint64(len(m.recs)) != nrecs || m.sum != sum {
+			why = fmt.Sprintf("records truncated or changed (%d of %d)", len(m.recs), nrecs)
+			return nil
+		}
+		if kids := tx.Bucket(mirrorKids); kids != nil {
+			if err := kids.ForEach(func(k, v []byte) error {
+				ks, ok := decodeKids(v)
+				if !ok || !isNode(string(k)) || len(k) != 2+keys.DigestLen {
+					return errors.New("node checksum")
+				}
+				for j, c := range ks {
+					ks[j] = m.name(c)
+				}
+				m.kids[m.name(string(k))] = ks
+				return nil
+			}); err != nil {
+				why = err.Error()
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err.Error()
+	}
+	if why != "" {
+		return why
+	}
+	return m.recount()
+}
+
+// recount derives every count from the records and the kept children alone.
+// A live node whose children are missing from the file makes the file
+// unusable.
+func (m *Mirror) recount() string {
+	var stack []string
+	for k, v := range m.recs {
+		es, err := m.edges(k, v)
+		if err != nil {
+			return err.Error()
+		}
+		stack = append(stack, es...)
+	}
+	for len(stack) > 0 {
+		k := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		m.counts[k]++
+		if isNode(k) {
+			ks, ok := m.kids[k]
+			if !ok {
+				return "a live node's objects are missing"
+			}
+			stack = append(stack, ks...)
+		}
+	}
+	for k := range m.kids {
+		if m.counts[k] == 0 {
+			return "a node without a count"
+		}
+	}
+	return ""
+}
