@@ -129,10 +129,28 @@ type faultInjector struct {
 	mu      sync.Mutex
 	applied []string
 	kinds   map[string]int // faults applied, by kind
+	// order is the kinds of fault the injector applies, in turn; nil is
+	// faultKinds.
+	order []string
 }
 
 // faultKinds are the kinds of fault, in the order the injector applies them.
-var faultKinds = []string{"kill-leader", "partition", "kill-follower", "pause-leader", "nospace"}
+var faultKinds = []string{"kill-leader", "partition", "kill-follower", "pause-leader"}
+
+// campaignFaultKinds are TestFaultCampaign's: faultKinds and etcd's NOSPACE
+// alarm, whose refusals the linearizability model takes as writes that did
+// not happen. The online-sweep campaign leaves the alarm out: under it the
+// sweeper prunes without its lock and sweeps no blob (docs/operations.md),
+// which that campaign's accounting of sweeper runs does not model.
+var campaignFaultKinds = append(slices.Clone(faultKinds), "nospace")
+
+// kindsOrder returns the kinds of fault f applies.
+func (f *faultInjector) kindsOrder() []string {
+	if f.order != nil {
+		return f.order
+	}
+	return faultKinds
+}
 
 func (f *faultInjector) note(kind, format string, args ...any) {
 	f.mu.Lock()
@@ -150,11 +168,11 @@ func (f *faultInjector) note(kind, format string, args ...any) {
 func (f *faultInjector) covered() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return len(f.kinds) == len(faultKinds)
+	return len(f.kinds) == len(f.kindsOrder())
 }
 
 func (f *faultInjector) run(ctx context.Context) error {
-	kinds := faultKinds
+	kinds := f.kindsOrder()
 	for i := 0; ; i++ {
 		pause(ctx, f.r, 700*time.Millisecond, 1500*time.Millisecond)
 		if ctx.Err() != nil {
@@ -433,7 +451,7 @@ func faultCampaign(t *testing.T, cluster *harness.Cluster, prefix string, object
 	}
 	c.setupSource()
 
-	faults := &faultInjector{t: t, cluster: cluster, r: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))}
+	faults := &faultInjector{t: t, cluster: cluster, r: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7)), order: campaignFaultKinds}
 	start := time.Now()
 	if err := c.runWorkload(d, defaultWorkload, faults.run, faults.covered); err != nil {
 		t.Errorf("fault injection: %v", err)
@@ -450,7 +468,7 @@ func faultCampaign(t *testing.T, cluster *harness.Cluster, prefix string, object
 	}
 	if !faults.covered() {
 		t.Errorf("the campaign of %v applied %d faults (%s); want every kind of fault (%s) at least once",
-			workload.Round(time.Millisecond), len(faults.applied), sortedCounts(faults.kinds), strings.Join(faultKinds, ", "))
+			workload.Round(time.Millisecond), len(faults.applied), sortedCounts(faults.kinds), strings.Join(campaignFaultKinds, ", "))
 	}
 	if n := c.logs.count("session lease lost"); n > 0 {
 		t.Errorf("a store lost the etcd lease behind its writer records %d times; the model assumes writer records end only by release or takeover", n)
