@@ -118,8 +118,7 @@ func median(t *testing.T, n int, fn func() error) time.Duration {
 		}
 		ds[i] = time.Since(start)
 	}
-	slices.Sort(ds)
-	return ds[n/2]
+	return medianOf(ds)
 }
 
 // moveLeaderTo makes m the leader (etcdctl move-leader), through a client of
