@@ -147,8 +147,9 @@ func (o PruneOptions) validate() (PruneOptions, error) {
 // thread's writer lease, reads its head and checkpoints, decides with
 // Policy.Plan, removes with cairn.Pruner.DeleteCheckpoints or
 // cairn.ThreadDeleter.DeleteThread, and releases the lease. A thread whose
-// lease another writer holds (cairn.ErrWriterConflict) is skipped and
-// reported as Busy. A dry run makes the same decisions on the same reads
+// lease another writer holds (cairn.ErrWriterConflict), or takes over before
+// the removal commits (cairn.ErrWriterLost: nothing of it was removed), is
+// skipped and reported as Busy. A dry run makes the same decisions on the same reads
 // without the lease and removes nothing.
 //
 // It returns an error matching ErrInvalidArgument for invalid rules or a
@@ -296,9 +297,13 @@ func (p *pruner) thread(ctx context.Context, thread string, plan func(head strin
 		}
 	}
 	switch {
-	case errors.Is(err, cairn.ErrWriterConflict):
+	case errors.Is(err, cairn.ErrWriterConflict), errors.Is(err, cairn.ErrWriterLost):
+		// Another writer holds the thread, or took it over while the prune
+		// held it (a writer whose clock runs ahead): the prune's fenced write
+		// was refused, nothing of the thread was removed, and the thread is
+		// busy like any other.
 		p.rep.Busy = append(p.rep.Busy, thread)
-		p.log.InfoContext(ctx, "thread skipped: another writer holds it", "phase", "prune", "thread", thread)
+		p.log.InfoContext(ctx, "thread skipped: another writer holds it", "phase", "prune", "thread", thread, "err", err)
 		return nil
 	case err != nil:
 		return wrap(err, "sweep: prune thread %q", thread)
