@@ -338,8 +338,6 @@ func buildPackage(t *testing.T, pkg string) string {
 // declares then pass.
 func runComposeLocally(t *testing.T, f composeFile, root string) {
 	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	ps, err := harness.FreePorts(4*len(etcdMembers) + 2)
 	if err != nil {
 		t.Fatal(err)
@@ -374,10 +372,14 @@ func runComposeLocally(t *testing.T, f composeFile, root string) {
 		return arg
 	}
 
+	// The first test of the package builds the member binary; the services'
+	// two minutes start once it is there, not before.
 	member, err := harness.MemberBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	var procs []*harness.Process
 	t.Cleanup(func() {
 		for _, p := range procs {
