@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"runtime"
 	"slices"
 
 	"github.com/cairnstore/cairn/bucket"
@@ -83,6 +84,16 @@ var writePacked = true
 type partLoc struct {
 	pack      keys.Digest
 	off, size int
+	// raw is the size of the member uncompressed when it is stored as a
+	// zstd frame (roots of version 4, packz.go); 0 when it is stored as it
+	// is.
+	raw int
+}
+
+// packed reports whether r is a packed root (version 3 or 4): its parts
+// are members of the packs r.packs.
+func (r *objRoot) packed() bool {
+	return r.version == objRootPacked || r.version == objRootCompressed
 }
 
 // distinctDigests reports whether ds holds no digest twice.
@@ -104,7 +115,7 @@ func distinctDigests(ds []keys.Digest) bool {
 // which objects a checkpoint keeps alive (the sweep's walk and its mirror
 // count references with it).
 func (r *objRoot) namedObjects(self keys.Digest) []keys.Digest {
-	if r.version == objRootPacked {
+	if r.packed() {
 		return append([]keys.Digest{self}, r.packs...)
 	}
 	return append([]keys.Digest{self}, r.allDigests()...)
@@ -118,7 +129,7 @@ func (r *objRoot) convObjects(self keys.Digest) []keys.Digest {
 	seen := map[keys.Digest]bool{self: true}
 	for _, p := range r.conv {
 		d := p.digest
-		if r.version == objRootPacked {
+		if r.packed() {
 			d = p.at.pack
 		}
 		if !seen[d] {
@@ -182,10 +193,28 @@ func (p *packed) objects() []object {
 func (ps *packSplit) pack(parent map[keys.Digest]partLoc) packed {
 	r := ps.root
 	order := [][]objPart{r.refs, r.conv, r.leaves}
-	// The bytes of this checkpoint each parent pack holds.
+	// How each part not left where it is goes into the new pack.
+	type member struct {
+		b   []byte
+		raw int
+	}
+	stored := map[keys.Digest]member{}
+	store := func(d keys.Digest) member {
+		m, ok := stored[d]
+		if !ok {
+			m.b = ps.parts[d]
+			if writePackVersion == objPackCompressed {
+				m.b, m.raw = packCompress(m.b)
+			}
+			stored[d] = m
+		}
+		return m
+	}
+	// The bytes of this checkpoint each parent pack holds, and the bytes of
+	// the parts no parent pack holds, as stored.
 	held := map[keys.Digest]int{}
 	seen := map[keys.Digest]bool{}
-	fresh := 0
+	fresh, freshBytes := 0, 0
 	for _, parts := range order {
 		for _, p := range parts {
 			if seen[p.digest] {
@@ -196,11 +225,13 @@ func (ps *packSplit) pack(parent map[keys.Digest]partLoc) packed {
 				held[l.pack] += l.size
 			} else {
 				fresh++
+				freshBytes += len(store(p.digest).b)
 			}
 		}
 	}
-	old := make([]keys.Digest, 0, len(held))
-	for d := range held {
+	kept := repackKeep(held, fresh, freshBytes)
+	var old []keys.Digest
+	for d := range kept {
 		old = append(old, d)
 	}
 	slices.SortFunc(old, func(a, b keys.Digest) int {
@@ -209,16 +240,8 @@ func (ps *packSplit) pack(parent map[keys.Digest]partLoc) packed {
 		}
 		return bytes.Compare(a[:], b[:])
 	})
-	keep := objRootPacks - 1
-	if fresh == 0 && len(old) <= objRootPacks {
-		keep = len(old)
-	}
-	kept := map[keys.Digest]bool{}
-	for _, d := range old[:min(keep, len(old))] {
-		kept[d] = true
-	}
 	out := packed{locs: make(map[keys.Digest]partLoc, len(seen))}
-	data := []byte{objTypePack, objVersion}
+	data := []byte{objTypePack, writePackVersion}
 	for _, parts := range order {
 		for _, p := range parts {
 			if _, ok := out.locs[p.digest]; ok {
@@ -229,9 +252,9 @@ func (ps *packSplit) pack(parent map[keys.Digest]partLoc) packed {
 				out.inherits = true
 				continue
 			}
-			b := ps.parts[p.digest]
-			out.locs[p.digest] = partLoc{off: len(data), size: len(b)}
-			data = append(data, b...)
+			m := store(p.digest)
+			out.locs[p.digest] = partLoc{off: len(data), size: len(m.b), raw: m.raw}
+			data = append(data, m.b...)
 		}
 	}
 	var packs []keys.Digest
@@ -246,12 +269,12 @@ func (ps *packSplit) pack(parent map[keys.Digest]partLoc) packed {
 			}
 		}
 	}
-	for _, d := range old {
-		if kept[d] {
-			packs = append(packs, d)
-		}
+	packs = append(packs, old...)
+	version := byte(objRootPacked)
+	if writePackVersion == objPackCompressed {
+		version = objRootCompressed
 	}
-	pr := objRoot{version: objRootPacked, convPresent: r.convPresent, artifacts: r.artifacts, packs: packs}
+	pr := objRoot{version: version, convPresent: r.convPresent, artifacts: r.artifacts, packs: packs}
 	at := func(in []objPart) []objPart {
 		o := make([]objPart, len(in))
 		for i, p := range in {
@@ -343,14 +366,30 @@ func (s *Store) fetchPartsFrom(ctx context.Context, parts []objPart, whole map[k
 				return fmt.Errorf("etcdstore: %w", objError(packs[i], err))
 			}
 		}
-		m := make(map[string][]byte, len(ps))
-		for _, p := range ps {
-			mb := bytes.Clone(b[p.at.off-from : p.at.off-from+p.at.size]) // the cache keeps the member, not the pack
+		// Members are decoded and verified on every core: decompressing
+		// and hashing them is what a cold read of a large body spends its
+		// CPU on.
+		got := make([][]byte, len(ps))
+		err := forEach(ctx, len(ps), runtime.GOMAXPROCS(0), func(_ context.Context, j int) error {
+			p := ps[j]
+			// The cache keeps the member, not the pack: packDecode copies.
+			mb, err := packDecode(b[p.at.off-from:p.at.off-from+p.at.size], p.at.raw)
+			if err != nil {
+				return fmt.Errorf("etcdstore: pack %s: %w", objectKey(packs[i]), objError(p.digest, err))
+			}
 			if sha256.Sum256(mb) != p.digest {
 				return fmt.Errorf("etcdstore: pack %s: %w", objectKey(packs[i]), objError(p.digest, errObjDigest))
 			}
-			s.objCache.put(p.digest, mb)
-			m[objectKey(p.digest)] = mb
+			got[j] = mb
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		m := make(map[string][]byte, len(ps))
+		for j, p := range ps {
+			s.objCache.put(p.digest, got[j])
+			m[objectKey(p.digest)] = got[j]
 		}
 		members[i] = m
 		return nil
@@ -382,4 +421,52 @@ func parsePacks(s string) ([]keys.Digest, error) {
 		out = append(out, d)
 	}
 	return out, nil
+}
+
+// repackRatio is the write-time repack's tier ratio: besides the packs it
+// must drop, it copies a parent pack forward when the checkpoint's bytes in
+// it are at most this many times the bytes the new pack holds so far.
+const repackRatio = 1
+
+// repackKeep returns the parent packs whose parts a new packed root leaves
+// where they are (the write-time repack copies the parts of the others into
+// the new pack); held are the bytes of the checkpoint each parent pack
+// holds, fresh and freshBytes the parts no parent pack holds and their
+// bytes. With no fresh part and at most objRootPacks parent packs it keeps
+// them all. Otherwise it goes through the parent packs from the fewest
+// bytes held to the most, copies those it must so that at most
+// objRootPacks-1 remain, and then copies each pack that holds at most
+// repackRatio times what the new pack holds so far (a tier as small as the
+// new pack is merged into it, as in a size-tiered compaction), and keeps
+// the rest. Copying only what it must (the smallest) makes what is copied
+// grow with every turn of a thread, as the newest pack keeps absorbing the
+// one before; merging tiers of similar size copies less in total.
+func repackKeep(held map[keys.Digest]int, fresh, freshBytes int) map[keys.Digest]bool {
+	kept := make(map[keys.Digest]bool, len(held))
+	if fresh == 0 && len(held) <= objRootPacks {
+		for d := range held {
+			kept[d] = true
+		}
+		return kept
+	}
+	asc := make([]keys.Digest, 0, len(held))
+	for d := range held {
+		asc = append(asc, d)
+	}
+	slices.SortFunc(asc, func(a, b keys.Digest) int {
+		if c := cmp.Compare(held[a], held[b]); c != 0 {
+			return c
+		}
+		return bytes.Compare(a[:], b[:])
+	})
+	must := len(asc) - (objRootPacks - 1)
+	acc := freshBytes
+	for i, d := range asc {
+		if i < must || held[d] <= repackRatio*acc {
+			acc += held[d]
+			continue
+		}
+		kept[d] = true
+	}
+	return kept
 }
