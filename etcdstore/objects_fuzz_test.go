@@ -52,7 +52,10 @@ func FuzzObjectRootDecode(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Add(ps.pack(nil).root.data) // a packed root (version 3)
+	f.Add(ps.pack(nil).root.data) // a packed root (version 4)
+	writePackVersion = objVersion
+	f.Add(ps.pack(nil).root.data) // version 3
+	writePackVersion = objPackCompressed
 	f.Add(objEncodeRoot(&objRoot{version: objRootPacked, packs: []keys.Digest{{1}, {2}}}))
 	f.Add(objEncodeRoot(&objRoot{}))
 	f.Add(objEncodeRoot(&objRoot{convPresent: true}))

@@ -44,8 +44,9 @@ func newMetaKeys(t *testing.T, mem *bucket.Memory, before []string) []string {
 
 // TestPackedCompatibility writes one thread in every form the store has
 // written: version 1 (a store without Objects), the capacity layout with
-// every part an object of its own (as written before packs), then packed
-// roots. It checks that each packed append puts at most a pack and a root,
+// every part an object of its own (as written before packs), packed roots
+// of version 3 (members as they are), then of version 4 (members
+// compressed), which name the version-3 packs they inherit from. It checks that each packed append puts at most a pack and a root,
 // that every packed root names at most objRootPacks packs and a cold Get
 // reads at most 1+objRootPacks times, and then prunes, forks and sweeps:
 // the sweep keeps exactly the blobs and objects live checkpoints name (a
@@ -81,7 +82,17 @@ func TestPackedCompatibility(t *testing.T) {
 	writePacked = true
 	roots := map[string]keys.Digest{} // packed checkpoint → its root
 	packOf := map[string]string{}     // packed checkpoint → the pack it wrote
-	for range 8 {
+	// a-5..a-7 are packed as before compression (root version 3, packs
+	// 'P' 1), a-8..a-12 with compressed members (version 4, 'P' 2), on
+	// the packs of the ones before.
+	t.Cleanup(func() { writePackVersion = objPackCompressed })
+	compressed, plain := 0, 0
+	for i := range 8 {
+		wantRoot, wantPack := byte(objRootCompressed), byte(objPackCompressed)
+		if i < 3 {
+			wantRoot, wantPack = objRootPacked, objVersion
+		}
+		writePackVersion = wantPack
 		before := memKeysOf(t, e.mem, cairn.ObjectPrefix)
 		c := next()
 		e.append(s, w, c)
@@ -99,13 +110,23 @@ func TestPackedCompatibility(t *testing.T) {
 				d, _ := parseRoot(k[len(objPrefix):])
 				roots[c.ID] = d
 				r, err := objDecodeRoot(b)
-				if err != nil || r.version != objRootPacked {
-					t.Fatalf("root of %s: version %d, %v", c.ID, r.version, err)
+				if err != nil || r.version != wantRoot {
+					t.Fatalf("root of %s: version %d, %v; want version %d", c.ID, r.version, err, wantRoot)
 				}
 				if len(r.packs) > objRootPacks {
 					t.Fatalf("root of %s names %d packs", c.ID, len(r.packs))
 				}
+				for _, p := range append(append(slices.Clone(r.leaves), r.conv...), r.refs...) {
+					if p.at.raw > 0 {
+						compressed++
+					} else {
+						plain++
+					}
+				}
 			case objTypePack:
+				if b[1] != wantPack {
+					t.Fatalf("pack of %s: version %d, want %d", c.ID, b[1], wantPack)
+				}
 				packOf[c.ID] = k
 			default:
 				t.Fatalf("append %s put an object of type %q", c.ID, b[0])
@@ -126,8 +147,12 @@ func TestPackedCompatibility(t *testing.T) {
 			t.Fatalf("a cold Get of %s read the bucket %d times", c.ID, n)
 		}
 	}
-	// Forks of the unpacked a-4 and the packed a-6 (pruned below).
-	for dest, src := range map[string]string{"f1": "a-4", "f2": "a-6"} {
+	if compressed == 0 || plain == 0 {
+		t.Fatalf("packed roots name %d compressed and %d uncompressed members: the test covers both only with some of each", compressed, plain)
+	}
+	// Forks of the unpacked a-4, the packed a-6 (pruned below) and the
+	// compressed a-9.
+	for dest, src := range map[string]string{"f1": "a-4", "f2": "a-6", "f3": "a-9"} {
 		fw := e.writer(s, dest)
 		root, err := s.ForkFromCheckpoint(e.ctx, cairn.ForkInput{SourceThreadID: "a", SourceCheckpointID: src,
 			DestinationThreadID: dest, DestinationCheckpointID: dest + "-root", CreatedAt: 5000, Writer: fw})
@@ -143,7 +168,7 @@ func TestPackedCompatibility(t *testing.T) {
 	if err := s.DeleteHead(e.ctx, cairn.DeleteHeadInput{ThreadID: "a", CheckpointID: "a-12", Writer: w}); err != nil {
 		t.Fatal(err)
 	}
-	live := []string{"a-8", "a-9", "a-10", "a-11", "f1-root", "f2-root"}
+	live := []string{"a-8", "a-9", "a-10", "a-11", "f1-root", "f2-root", "f3-root"}
 	var liveCps []cairn.Checkpoint
 	for _, id := range live {
 		liveCps = append(liveCps, byID[id])
@@ -181,6 +206,18 @@ func TestPackedCompatibility(t *testing.T) {
 	}
 	if !wantLive[packOf["a-5"]] {
 		t.Fatal("no live root names the pack of the pruned a-5: the test does not cover a partly dead pack")
+	}
+	mixed := false
+	for _, id := range []string{"a-8", "a-9", "a-10", "a-11"} {
+		b, _ := e.mem.Get(e.ctx, objectKey(roots[id]))
+		r, _ := objDecodeRoot(b)
+		for _, p := range r.packs {
+			k := objectKey(p)
+			mixed = mixed || k == packOf["a-5"] || k == packOf["a-6"] || k == packOf["a-7"]
+		}
+	}
+	if !mixed {
+		t.Fatal("no live compressed root names a pack of version 1: the test does not cover the two forms in one root")
 	}
 	if wantLive[packOf["a-7"]] {
 		t.Log("the pack of a-7 is still named")
