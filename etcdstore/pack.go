@@ -229,17 +229,11 @@ func (ps *packSplit) pack(parent map[keys.Digest]partLoc) packed {
 			}
 		}
 	}
-	kept := repackKeep(held, fresh, freshBytes)
-	var old []keys.Digest
-	for d := range kept {
-		old = append(old, d)
+	old := repackKeep(held, fresh, freshBytes)
+	kept := make(map[keys.Digest]bool, len(old))
+	for _, d := range old {
+		kept[d] = true
 	}
-	slices.SortFunc(old, func(a, b keys.Digest) int {
-		if c := cmp.Compare(held[b], held[a]); c != 0 {
-			return c
-		}
-		return bytes.Compare(a[:], b[:])
-	})
 	out := packed{locs: make(map[keys.Digest]partLoc, len(seen))}
 	data := []byte{objTypePack, writePackVersion}
 	for _, parts := range order {
@@ -429,8 +423,8 @@ func parsePacks(s string) ([]keys.Digest, error) {
 const repackRatio = 1
 
 // repackKeep returns the parent packs whose parts a new packed root leaves
-// where they are (the write-time repack copies the parts of the others into
-// the new pack); held are the bytes of the checkpoint each parent pack
+// where they are, the most bytes held first (the write-time repack copies
+// the parts of the others into the new pack); held are the bytes of the checkpoint each parent pack
 // holds, fresh and freshBytes the parts no parent pack holds and their
 // bytes. With no fresh part and at most objRootPacks parent packs it keeps
 // them all. Otherwise it goes through the parent packs from the fewest
@@ -441,14 +435,7 @@ const repackRatio = 1
 // the rest. Copying only what it must (the smallest) makes what is copied
 // grow with every turn of a thread, as the newest pack keeps absorbing the
 // one before; merging tiers of similar size copies less in total.
-func repackKeep(held map[keys.Digest]int, fresh, freshBytes int) map[keys.Digest]bool {
-	kept := make(map[keys.Digest]bool, len(held))
-	if fresh == 0 && len(held) <= objRootPacks {
-		for d := range held {
-			kept[d] = true
-		}
-		return kept
-	}
+func repackKeep(held map[keys.Digest]int, fresh, freshBytes int) []keys.Digest {
 	asc := make([]keys.Digest, 0, len(held))
 	for d := range held {
 		asc = append(asc, d)
@@ -459,14 +446,20 @@ func repackKeep(held map[keys.Digest]int, fresh, freshBytes int) map[keys.Digest
 		}
 		return bytes.Compare(a[:], b[:])
 	})
+	if fresh == 0 && len(asc) <= objRootPacks {
+		slices.Reverse(asc)
+		return asc
+	}
 	must := len(asc) - (objRootPacks - 1)
 	acc := freshBytes
+	var kept []keys.Digest
 	for i, d := range asc {
 		if i < must || held[d] <= repackRatio*acc {
 			acc += held[d]
 			continue
 		}
-		kept[d] = true
+		kept = append(kept, d)
 	}
+	slices.Reverse(kept)
 	return kept
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -190,5 +191,49 @@ func TestRootVersion4Bounds(t *testing.T) {
 				t.Fatalf("decoded %+v, want %+v", got.leaves[0].at, r.leaves[0].at)
 			}
 		})
+	}
+}
+
+// TestRepackKeep checks the write-time repack's choice of the parent packs
+// a new root keeps: at most objRootPacks-1 when it writes a pack, the ones
+// holding the most, and none that holds at most what the new pack holds
+// by the time it is considered.
+func TestRepackKeep(t *testing.T) {
+	a, b, c := keys.Digest{1}, keys.Digest{2}, keys.Digest{3}
+	for _, tc := range []struct {
+		name              string
+		held              map[keys.Digest]int
+		fresh, freshBytes int
+		want              []keys.Digest
+	}{
+		{"NothingNewKeepsAll", map[keys.Digest]int{a: 100, b: 10, c: 1}, 0, 0, []keys.Digest{a, b, c}},
+		{"FirstCheckpoint", map[keys.Digest]int{}, 5, 100, nil},
+		{"SmallNewKeepsLarge", map[keys.Digest]int{a: 1000, b: 100}, 1, 10, []keys.Digest{a, b}},
+		{"TierAsSmallAsTheNewPackIsMerged", map[keys.Digest]int{a: 1000, b: 10}, 1, 10, []keys.Digest{a}},
+		{"MustDropTheSmallest", map[keys.Digest]int{a: 1000, b: 500, c: 50}, 1, 10, []keys.Digest{a, b}},
+		{"MergesUpTheTiers", map[keys.Digest]int{a: 1000, b: 60, c: 50}, 1, 10, []keys.Digest{a}},
+		{"EverythingWhenNewIsLargest", map[keys.Digest]int{a: 100, b: 60}, 1, 500, nil},
+		{"NothingNewButFourPacks", map[keys.Digest]int{a: 1000, b: 500, c: 50, {4}: 40}, 0, 0, []keys.Digest{a, b}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := repackKeep(tc.held, tc.fresh, tc.freshBytes)
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("repackKeep: %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestRepackCopyBounded checks on a thread of the capacity workload that
+// what the write-time repack copies a turn does not grow with the thread:
+// over 60 turns at most 1.5 times what it is over 20. Copying only the
+// packs it must (the smallest) grew from 31 KB to 77 KB a turn.
+func TestRepackCopyBounded(t *testing.T) {
+	_, c20, _ := packThreadCost(t, false, 20)
+	_, c60, _ := packThreadCost(t, false, 60)
+	per20, per60 := float64(c20)/19, float64(c60)/59
+	t.Logf("copied a turn: %.0f B over 20 turns, %.0f B over 60", per20, per60)
+	if per60 > 1.5*per20 {
+		t.Fatalf("the repack copies %.0f B a turn over 60 turns against %.0f B over 20", per60, per20)
 	}
 }
