@@ -77,7 +77,7 @@ func (w *newCheckpoint) toObjects(memos *splitMemos, packs bool) error {
 	var err error
 	if writeRootVersion == objRootTree {
 		var memo *splitMemo
-		cut := objLeafCut
+		cut := func(path string, _ int) bool { return objLeafCut(path) }
 		if packs && writePacked {
 			cut = objPackLeafCut
 		}

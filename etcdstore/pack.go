@@ -57,19 +57,35 @@ const (
 	objPackMax = 1 << 40
 )
 
-// objPackLeafCutMask: in the packed form a leaf ends after an entry whose
-// path hash has these bits all set (one entry in 16): a changed entry
-// rewrites a leaf of ~16 entries instead of ~64. Smaller leaves store less
-// a turn but make the root (a part a leaf, read before anything else)
-// larger: on B20 a checkpoint stores 324 KiB with leaves of ~64 entries,
-// 235 KiB with ~16 and 195 KiB with ~8, while B3O's cold Get of 20,000
-// entries went from 0.96× version 1 (~64) to 1.44× (~16) and 1.90× (~8),
-// measured before a cold read fetched the packs in parallel with the root
-// (1.15× since, with ~16).
-const objPackLeafCutMask = 15
+// In the packed form a leaf ends after an entry that is at least the
+// objPackLeafMin-th of its leaf and whose path hash has the bits of
+// objPackLeafCutMask all set (one entry in 4): leaves of ~15 entries, whose
+// sizes vary little. A changed entry rewrites its leaf, and the leaf a
+// change falls in is picked in proportion to its size, so what matters is
+// the mean size of the leaf that holds a given entry: ~31 entries when
+// every entry with its low 4 bits set ends a leaf (sizes spread
+// geometrically around 16), ~16 with the minimum. On B20 a checkpoint
+// stores 324 KiB with leaves of ~64 entries, 235 KiB with ~16 and 195 KiB
+// with ~8 (uncompressed, before the minimum), while B3O's cold Get of
+// 20,000 entries slows as the root, a part a leaf, grows; with compressed
+// members BenchmarkPackedThread stores 72.6 KB a turn with the low 4 bits
+// alone, 50.5 KB with the low 3 bits alone (the root twice as large) and
+// 47.9 KB with this rule (the root as large as with 4 bits). The cut
+// depends on the path and on the entry's place in its leaf, that is on
+// where the leaf starts and what it holds, which is all splitTreeCut's
+// reuse of the thread's last split needs; after an insertion or removal
+// the cuts fall back in step at the first path that ends a leaf in both.
+const (
+	objPackLeafMin     = 12
+	objPackLeafCutMask = 3
+)
 
-// objPackLeafCut is objLeafCut for the leaves of packs.
-func objPackLeafCut(path string) bool {
+// objPackLeafCut is objLeafCut for the leaves of packs: n is the entries of
+// the leaf up to and with the one with this path.
+func objPackLeafCut(path string, n int) bool {
+	if n < objPackLeafMin {
+		return false
+	}
 	h := sha256.Sum256([]byte(path))
 	return binary.BigEndian.Uint64(h[:8])&objPackLeafCutMask == objPackLeafCutMask
 }
