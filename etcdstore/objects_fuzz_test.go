@@ -48,7 +48,7 @@ func FuzzObjectRootDecode(f *testing.F) {
 	for _, r := range refs {
 		objs = append(objs, r.object)
 	}
-	ps, err := newPackSplit(root, objs)
+	ps, err := newPackSplit(root, objs, len(refs))
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -162,16 +162,20 @@ func (r *objRoot) convObjects(self keys.Digest) []keys.Digest {
 type packSplit struct {
 	root  objRoot
 	parts map[keys.Digest][]byte
+	// fileRefs is how many of the root's reference chunks, the first ones,
+	// are the leaves' (the others hold artifact keys no leaf holds).
+	fileRefs int
 }
 
 // newPackSplit returns the packSplit of a version-2 split: root is the
-// encoded version-2 root, objs its other objects.
-func newPackSplit(root object, objs []object) (*packSplit, error) {
+// encoded version-2 root, objs its other objects, fileRefs how many of its
+// reference chunks, the first ones, its leaves hold.
+func newPackSplit(root object, objs []object, fileRefs int) (*packSplit, error) {
 	r, err := objDecodeRoot(root.data)
 	if err != nil {
 		return nil, err
 	}
-	ps := &packSplit{root: r, parts: make(map[keys.Digest][]byte, len(objs))}
+	ps := &packSplit{root: r, parts: make(map[keys.Digest][]byte, len(objs)), fileRefs: fileRefs}
 	for _, o := range objs {
 		ps.parts[o.digest] = o.data
 	}
@@ -180,8 +184,9 @@ func newPackSplit(root object, objs []object) (*packSplit, error) {
 
 // packed is a packed root and its pack.
 type packed struct {
-	// pack is the new pack; nil when every part is in the parent's packs.
-	pack *object
+	// pack are the new packs: none when every part is in the parent's
+	// packs, two when none is (the files' parts apart), else one.
+	pack []object
 	root object
 	// locs are where each part of the root is.
 	locs map[keys.Digest]partLoc
@@ -191,12 +196,9 @@ type packed struct {
 	packs []keys.Digest
 }
 
-// objects returns what to claim and put: the pack, if any, and the root.
+// objects returns what to claim and put: the new packs and the root.
 func (p *packed) objects() []object {
-	if p.pack == nil {
-		return []object{p.root}
-	}
-	return []object{*p.pack, p.root}
+	return append(slices.Clone(p.pack), p.root)
 }
 
 // pack makes the packed root of ps. Parts that parent (the parent's parts,
@@ -251,9 +253,17 @@ func (ps *packSplit) pack(parent map[keys.Digest]partLoc) packed {
 		kept[d] = true
 	}
 	out := packed{locs: make(map[keys.Digest]partLoc, len(seen))}
-	data := []byte{objTypePack, writePackVersion}
-	for _, parts := range order {
-		for _, p := range parts {
+	// When no part stays where it is (the first checkpoint of a thread, or
+	// one packed anew), the leaves and their reference chunks, which the
+	// files alone decide, go into a pack of their own: threads that start
+	// from the same files write the same pack and share it, as they shared
+	// those parts as objects of their own before packs. The conversation
+	// chunks and the artifacts' reference chunks go into a second pack.
+	apart := len(old) == 0
+	data := [2][]byte{{objTypePack, writePackVersion}, {objTypePack, writePackVersion}}
+	group := map[keys.Digest]int{}
+	for k, parts := range order {
+		for i, p := range parts {
 			if _, ok := out.locs[p.digest]; ok {
 				continue
 			}
@@ -262,22 +272,30 @@ func (ps *packSplit) pack(parent map[keys.Digest]partLoc) packed {
 				out.inherits = true
 				continue
 			}
+			g := 0
+			if apart && k != 2 && (k != 0 || i >= ps.fileRefs) {
+				g = 1
+			}
 			m := store(p.digest)
-			out.locs[p.digest] = partLoc{off: len(data), size: len(m.b), raw: m.raw}
-			data = append(data, m.b...)
+			out.locs[p.digest] = partLoc{off: len(data[g]), size: len(m.b), raw: m.raw}
+			group[p.digest] = g
+			data[g] = append(data[g], m.b...)
 		}
 	}
 	var packs []keys.Digest
-	if len(data) > 2 {
-		o := objNewObject(data)
-		out.pack = &o
-		packs = append(packs, o.digest)
-		for d, l := range out.locs {
-			if l.pack == (keys.Digest{}) {
-				l.pack = o.digest
-				out.locs[d] = l
-			}
+	var made [2]keys.Digest
+	for g, b := range data {
+		if len(b) > 2 {
+			o := objNewObject(b)
+			out.pack = append(out.pack, o)
+			packs = append(packs, o.digest)
+			made[g] = o.digest
 		}
+	}
+	for d, g := range group {
+		l := out.locs[d]
+		l.pack = made[g]
+		out.locs[d] = l
 	}
 	packs = append(packs, old...)
 	version := byte(objRootPacked)

@@ -57,7 +57,7 @@ func packThreadCost(tb testing.TB, repeat bool, turns int) (fresh, copied, roots
 		for _, r := range refs {
 			objs = append(objs, r.object)
 		}
-		ps, err := newPackSplit(root, objs)
+		ps, err := newPackSplit(root, objs, next.leafRefs())
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -65,8 +65,8 @@ func packThreadCost(tb testing.TB, repeat bool, turns int) (fresh, copied, roots
 		if turn > 0 {
 			roots += len(p.root.data)
 			for d, l := range p.locs {
-				if p.pack == nil || l.pack != p.pack.digest {
-					continue
+				if _, ok := parent[d]; ok && parent[d] == l {
+					continue // left where it is
 				}
 				if _, ok := parent[d]; ok {
 					copied += l.size

@@ -228,3 +228,15 @@ func objLeafEqual(b []byte, files []cairn.Entry) bool {
 	}
 	return len(b) == 0
 }
+
+// leafRefs returns how many reference chunks the leaves of the split of m
+// have: the first ones of its root.
+func (m *splitMemo) leafRefs() int {
+	n := 0
+	for i := range m.leaves {
+		if m.leaves[i].chunk != nil {
+			n++
+		}
+	}
+	return n
+}
