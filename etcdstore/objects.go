@@ -34,6 +34,9 @@ import (
 //	root                'R' 1|2  leaves  conversation  references  artifacts
 //	reference chunk     'K' 1    count  count × key33
 //
+// (Roots of versions 3 and 4 name these objects as members of packs: pack.go,
+// packz.go.)
+//
 // Integers are uvarints (sizes: varints) in their shortest form; strings are
 // a uvarint length and the bytes, kept byte for byte (invalid UTF-8 too). An
 // entry is, as in the record codec of codec.go, path, kind, blobKey (three

@@ -14,17 +14,19 @@ import (
 	"github.com/cairnstore/cairn/keys"
 )
 
-// The packed form of the capacity layout (root version 3; docs/design.md,
-// "Packs: one object a checkpoint").
+// The packed form of the capacity layout (root versions 3 and 4;
+// docs/design.md, "Packs: one object a checkpoint").
 //
 // A checkpoint of the capacity layout names its body by a root, as in
 // version 2, but the leaves, conversation chunks and reference chunks that
 // its parent does not already have are not objects of their own: they are
-// members of one pack, an object under objPrefix named by the SHA-256 of its
-// bytes like every other, written (claimed, then put) with the root. A pack
-// is
+// members of one pack (two when none stays where the parent has it: the
+// leaves and their reference chunks apart), an object under objPrefix named
+// by the SHA-256 of its bytes like every other, written (claimed, then put)
+// with the root. A pack is
 //
 //	pack  'P' 1  member × (the member's bytes: a leaf, conversation chunk or reference chunk)
+//	pack  'P' 2  member × (the member's bytes, or a zstd frame of them: packz.go)
 //
 // with the reference chunks first, then the conversation chunks, then the
 // leaves, so that the sweep reads a pack's reference chunks with one range
@@ -33,12 +35,14 @@ import (
 // digest and count, where the part is: the index of its pack in a table of
 // pack digests that comes first in the root (a uvarint count, then the
 // 32-byte digests, distinct), the member's offset in the pack and its size
-// (uvarints). Parts the parent has stay where the parent's root says; the
-// root names at most objRootPacks packs, so a cold read is the root and at
-// most objRootPacks range reads. When the parent's parts are spread over more
-// packs, the parts of the packs that hold the fewest of its bytes are copied
-// into the new pack (the write-time repack): the new pack then holds what the
-// dropped packs held for this checkpoint.
+// (uvarints); a root of version 4 ('R' 4) adds the member's uncompressed
+// size (packz.go). Parts the parent has stay where the parent's root says;
+// the root names at most objRootPacks packs, so a cold read is the root and
+// at most objRootPacks range reads. When the parent's parts are spread over
+// more packs, or a parent pack holds no more of the checkpoint's bytes than
+// the new pack, its parts are copied into the new pack (the write-time
+// repack, repackKeep): the new pack then holds what the dropped packs held
+// for this checkpoint.
 //
 // Every member is verified against the digest the root names for it, so a
 // range read returns exactly what was packed or fails naming the member. The
