@@ -462,9 +462,9 @@ const repackRatio = 1
 
 // repackKeep returns the parent packs whose parts a new packed root leaves
 // where they are, the most bytes held first (the write-time repack copies
-// the parts of the others into the new pack); held are the bytes of the checkpoint each parent pack
-// holds, fresh and freshBytes the parts no parent pack holds and their
-// bytes. With no fresh part and at most objRootPacks parent packs it keeps
+// the parts of the others into the new pack); held are the bytes of the
+// checkpoint each parent pack holds, fresh and freshBytes the parts no
+// parent pack holds and their bytes. With no fresh part and at most objRootPacks parent packs it keeps
 // them all. Otherwise it goes through the parent packs from the fewest
 // bytes held to the most, copies those it must so that at most
 // objRootPacks-1 remain, and then copies each pack that holds at most
