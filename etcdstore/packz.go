@@ -1,6 +1,7 @@
 package etcdstore
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"sync"
@@ -51,37 +52,35 @@ var writePackVersion byte = objPackCompressed
 // exactly the size its root states.
 var errMemberSize = errors.New("compressed pack member does not decode to its stated size")
 
+// The encoder and decoder are made once, with fixed options; EncodeAll and
+// DecodeAll may be called concurrently and start no goroutines.
 var (
-	zstdEncoder = sync.OnceValue(func() *zstd.Encoder {
-		e, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedBetterCompression),
+	zstdEncoder = sync.OnceValues(func() (*zstd.Encoder, error) {
+		return zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedBetterCompression),
 			zstd.WithEncoderCRC(false), zstd.WithEncoderConcurrency(1))
-		if err != nil {
-			panic(fmt.Sprintf("etcdstore: zstd encoder: %v", err)) // fixed, valid options
-		}
-		return e
 	})
-	zstdDecoder = sync.OnceValue(func() *zstd.Decoder {
-		d, err := zstd.NewReader(nil, zstd.WithDecodeAllCapLimit(true), zstd.WithDecoderMaxMemory(objMemberMax),
+	zstdDecoder = sync.OnceValues(func() (*zstd.Decoder, error) {
+		return zstd.NewReader(nil, zstd.WithDecodeAllCapLimit(true), zstd.WithDecoderMaxMemory(objMemberMax),
 			zstd.WithDecoderMaxWindow(objMemberMax), zstd.WithDecoderConcurrency(4))
-		if err != nil {
-			panic(fmt.Sprintf("etcdstore: zstd decoder: %v", err)) // fixed, valid options
-		}
-		return d
 	})
 )
 
 // packCompress returns how member b is stored in a pack of version 2: a
 // zstd frame and len(b) when that is smaller and decodes back to b under
-// packDecode's rules; otherwise b itself and 0.
+// packDecode's rules; otherwise (or without an encoder) b itself and 0.
 func packCompress(b []byte) (stored []byte, raw int) {
 	if len(b) < 2 || len(b) > objMemberMax {
 		return b, 0
 	}
-	z := zstdEncoder().EncodeAll(b, make([]byte, 0, len(b)))
+	enc, err := zstdEncoder()
+	if err != nil {
+		return b, 0
+	}
+	z := enc.EncodeAll(b, make([]byte, 0, len(b)))
 	if len(z) >= len(b) {
 		return b, 0
 	}
-	if err := zstdFrameOK(z, len(b)); err != nil {
+	if got, err := packDecode(z, len(b)); err != nil || !bytes.Equal(got, b) {
 		return b, 0
 	}
 	return z, len(b)
@@ -114,7 +113,11 @@ func packDecode(stored []byte, raw int) ([]byte, error) {
 	if err := zstdFrameOK(stored, raw); err != nil {
 		return nil, err
 	}
-	out, err := zstdDecoder().DecodeAll(stored, make([]byte, 0, raw))
+	dec, err := zstdDecoder()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errMemberSize, err)
+	}
+	out, err := dec.DecodeAll(stored, make([]byte, 0, raw))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errMemberSize, err)
 	}
