@@ -3,6 +3,8 @@ package etcdstore
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -340,5 +342,55 @@ func TestParsePacks(t *testing.T) {
 				t.Fatalf("parsePacks: %d digests, %v; want %d, ok %v", len(got), err, tc.n, tc.ok)
 			}
 		})
+	}
+}
+
+// TestPackedFirstPackShared checks that the first checkpoints of two
+// threads with the same files and different conversations share the pack
+// of their files' parts: the second append creates only the pack of its
+// conversation and its root, and both read back from a fresh store.
+func TestPackedFirstPackShared(t *testing.T) {
+	e := newV2Env(t)
+	s := e.store(true, 0)
+	rootPacks := map[string][]keys.Digest{}
+	added := map[string][]string{}
+	cps := map[string]cairn.Checkpoint{}
+	for _, th := range []string{"a", "b"} {
+		w := e.writer(s, th)
+		c := capacityTurn(th, 1, 1000, 8000)
+		c.Conversation = json.RawMessage(fmt.Sprintf(`[{"role":"user","content":"thread %s: %s"}]`, th, strings.Repeat("go on ", 2000)))
+		before := memKeysOf(t, e.mem, cairn.ObjectPrefix)
+		e.append(s, w, c)
+		added[th] = newMetaKeys(t, e.mem, before)
+		cps[th] = c
+		for _, k := range added[th] {
+			if b, _ := e.mem.Get(e.ctx, k); b[0] == objTypeRoot {
+				r, err := objDecodeRoot(b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rootPacks[th] = r.packs
+			}
+		}
+	}
+	if len(added["a"]) != 3 || len(added["b"]) != 2 {
+		t.Fatalf("the first appends created %d and %d objects, want 3 (two packs and a root) and 2 (the files' pack is there)", len(added["a"]), len(added["b"]))
+	}
+	shared := 0
+	for _, p := range rootPacks["b"] {
+		if slices.Contains(rootPacks["a"], p) {
+			shared++
+		}
+	}
+	if len(rootPacks["a"]) != 2 || len(rootPacks["b"]) != 2 || shared != 1 {
+		t.Fatalf("roots name packs %v and %v, want two each, one shared", rootPacks["a"], rootPacks["b"])
+	}
+	fresh := e.store(true, 0)
+	for th, c := range cps {
+		got, err := fresh.Get(e.ctx, c.ID)
+		if err != nil {
+			t.Fatalf("Get %s: %v", th, err)
+		}
+		sameCheckpoint(t, "first checkpoint", got, c)
 	}
 }
