@@ -75,15 +75,17 @@ func (w *newCheckpoint) toObjects(memos *splitMemos, packs bool) error {
 	var objs []object
 	var refs []refChunk
 	var err error
+	fileRefs := 0 // the reference chunks of the leaves, which come first
 	if writeRootVersion == objRootTree {
 		var memo *splitMemo
-		cut := objLeafCut
+		cut := func(path string, _ int) bool { return objLeafCut(path) }
 		if packs && writePacked {
 			cut = objPackLeafCut
 		}
 		root, objs, refs, memo, err = splitTreeCut(w.c, memos.get(w.c.ThreadID), cut)
 		if err == nil {
 			memos.put(w.c.ThreadID, memo)
+			fileRefs = memo.leafRefs()
 		}
 	} else {
 		root, objs, refs, err = splitCheckpointBodyAt(w.c, writeRootVersion)
@@ -101,7 +103,7 @@ func (w *newCheckpoint) toObjects(memos *splitMemos, packs bool) error {
 		for _, r := range refs {
 			parts = append(parts, r.object)
 		}
-		if w.split, err = newPackSplit(root, parts); err != nil {
+		if w.split, err = newPackSplit(root, parts, fileRefs); err != nil {
 			return err
 		}
 	}

@@ -34,6 +34,9 @@ import (
 //	root                'R' 1|2  leaves  conversation  references  artifacts
 //	reference chunk     'K' 1    count  count × key33
 //
+// (Roots of versions 3 and 4 name these objects as members of packs: pack.go,
+// packz.go.)
+//
 // Integers are uvarints (sizes: varints) in their shortest form; strings are
 // a uvarint length and the bytes, kept byte for byte (invalid UTF-8 too). An
 // entry is, as in the record codec of codec.go, path, kind, blobKey (three
@@ -536,7 +539,7 @@ func objEncodeRoot(r *objRoot) []byte {
 		version = objVersion
 	}
 	e.b = append(e.b, objTypeRoot, version)
-	packed := version == objRootPacked
+	packed := version == objRootPacked || version == objRootCompressed
 	var packIndex map[keys.Digest]int
 	if packed {
 		packIndex = make(map[keys.Digest]int, len(r.packs))
@@ -555,6 +558,9 @@ func objEncodeRoot(r *objRoot) []byte {
 				e.uint(uint64(packIndex[p.at.pack]))
 				e.uint(uint64(p.at.off))
 				e.uint(uint64(p.at.size))
+				if version == objRootCompressed {
+					e.uint(uint64(p.at.raw))
+				}
 			}
 		}
 	}
@@ -572,11 +578,15 @@ func objEncodeRoot(r *objRoot) []byte {
 
 // objParts decodes a list of (digest, n) with 1 ≤ n ≤ max, each followed,
 // when packs is not nil (a packed root), by its pack index, offset and size
-// (partLoc).
-func objParts(d *decoder, max uint64, packs []keys.Digest) []objPart {
+// (partLoc) and, in a root of version 4 (raw), the member's uncompressed
+// size: 0 (stored as it is) or 2..objMemberMax.
+func objParts(d *decoder, max uint64, packs []keys.Digest, raw bool) []objPart {
 	min := keys.DigestLen + 1
 	if packs != nil {
 		min += 3
+	}
+	if raw {
+		min++
 	}
 	out := make([]objPart, d.count(min))
 	for i := range out {
@@ -601,19 +611,28 @@ func objParts(d *decoder, max uint64, packs []keys.Digest) []objPart {
 				return nil
 			}
 			out[i].at = partLoc{pack: packs[pi], off: int(off), size: int(size)}
+			if raw {
+				n := d.uint()
+				if d.err != nil || n == 1 || n > objMemberMax {
+					d.fail()
+					return nil
+				}
+				out[i].at.raw = int(n)
+			}
 		}
 	}
 	return out
 }
 
-// objDecodeRoot decodes a root object of either version.
+// objDecodeRoot decodes a root object of any version (1 to 4).
 func objDecodeRoot(b []byte) (objRoot, error) {
-	if len(b) < 2 || b[0] != objTypeRoot || b[1] != objVersion && b[1] != objRootTree && b[1] != objRootPacked {
+	if len(b) < 2 || b[0] != objTypeRoot || b[1] < objVersion || b[1] > objRootCompressed {
 		return objRoot{}, errCodec
 	}
 	d := decoder{b: b[2:]}
 	r := objRoot{version: b[1]}
-	if r.version == objRootPacked {
+	raw := r.version == objRootCompressed
+	if r.packed() {
 		r.packs = make([]keys.Digest, d.count(keys.DigestLen))
 		for i := range r.packs {
 			copy(r.packs[i][:], d.b)
@@ -623,7 +642,7 @@ func objDecodeRoot(b []byte) (objRoot, error) {
 			return objRoot{}, errCodec
 		}
 	}
-	r.leaves = objParts(&d, objLeafMax, r.packs)
+	r.leaves = objParts(&d, objLeafMax, r.packs, raw)
 	if d.err != nil || len(d.b) == 0 {
 		return objRoot{}, errCodec
 	}
@@ -633,14 +652,14 @@ func objDecodeRoot(b []byte) (objRoot, error) {
 	case 1:
 		d.b = d.b[1:]
 		r.convPresent = true
-		r.conv = objParts(&d, objConvMax, r.packs)
+		r.conv = objParts(&d, objConvMax, r.packs, raw)
 	default:
 		return objRoot{}, errCodec
 	}
 	if d.err != nil {
 		return objRoot{}, errCodec
 	}
-	r.refs = objParts(&d, objRefMax, r.packs)
+	r.refs = objParts(&d, objRefMax, r.packs, raw)
 	if d.err != nil {
 		return objRoot{}, errCodec
 	}

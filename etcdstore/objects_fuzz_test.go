@@ -48,11 +48,14 @@ func FuzzObjectRootDecode(f *testing.F) {
 	for _, r := range refs {
 		objs = append(objs, r.object)
 	}
-	ps, err := newPackSplit(root, objs)
+	ps, err := newPackSplit(root, objs, len(refs))
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Add(ps.pack(nil).root.data) // a packed root (version 3)
+	f.Add(ps.pack(nil).root.data) // a packed root (version 4)
+	writePackVersion = objVersion
+	f.Add(ps.pack(nil).root.data) // version 3
+	writePackVersion = objPackCompressed
 	f.Add(objEncodeRoot(&objRoot{version: objRootPacked, packs: []keys.Digest{{1}, {2}}}))
 	f.Add(objEncodeRoot(&objRoot{}))
 	f.Add(objEncodeRoot(&objRoot{convPresent: true}))

@@ -7,23 +7,26 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"runtime"
 	"slices"
 
 	"github.com/cairnstore/cairn/bucket"
 	"github.com/cairnstore/cairn/keys"
 )
 
-// The packed form of the capacity layout (root version 3; docs/design.md,
-// "Packs: one object a checkpoint").
+// The packed form of the capacity layout (root versions 3 and 4;
+// docs/design.md, "Packs: one object a checkpoint").
 //
 // A checkpoint of the capacity layout names its body by a root, as in
 // version 2, but the leaves, conversation chunks and reference chunks that
 // its parent does not already have are not objects of their own: they are
-// members of one pack, an object under objPrefix named by the SHA-256 of its
-// bytes like every other, written (claimed, then put) with the root. A pack
-// is
+// members of one pack (two when none stays where the parent has it: the
+// leaves and their reference chunks apart), an object under objPrefix named
+// by the SHA-256 of its bytes like every other, written (claimed, then put)
+// with the root. A pack is
 //
 //	pack  'P' 1  member × (the member's bytes: a leaf, conversation chunk or reference chunk)
+//	pack  'P' 2  member × (the member's bytes, or a zstd frame of them: packz.go)
 //
 // with the reference chunks first, then the conversation chunks, then the
 // leaves, so that the sweep reads a pack's reference chunks with one range
@@ -32,12 +35,14 @@ import (
 // digest and count, where the part is: the index of its pack in a table of
 // pack digests that comes first in the root (a uvarint count, then the
 // 32-byte digests, distinct), the member's offset in the pack and its size
-// (uvarints). Parts the parent has stay where the parent's root says; the
-// root names at most objRootPacks packs, so a cold read is the root and at
-// most objRootPacks range reads. When the parent's parts are spread over more
-// packs, the parts of the packs that hold the fewest of its bytes are copied
-// into the new pack (the write-time repack): the new pack then holds what the
-// dropped packs held for this checkpoint.
+// (uvarints); a root of version 4 ('R' 4) adds the member's uncompressed
+// size (packz.go). Parts the parent has stay where the parent's root says;
+// the root names at most objRootPacks packs, so a cold read is the root and
+// at most objRootPacks range reads. When the parent's parts are spread over
+// more packs, or a parent pack holds no more of the checkpoint's bytes than
+// the new pack, its parts are copied into the new pack (the write-time
+// repack, repackKeep): the new pack then holds what the dropped packs held
+// for this checkpoint.
 //
 // Every member is verified against the digest the root names for it, so a
 // range read returns exactly what was packed or fails naming the member. The
@@ -56,19 +61,35 @@ const (
 	objPackMax = 1 << 40
 )
 
-// objPackLeafCutMask: in the packed form a leaf ends after an entry whose
-// path hash has these bits all set (one entry in 16): a changed entry
-// rewrites a leaf of ~16 entries instead of ~64. Smaller leaves store less
-// a turn but make the root (a part a leaf, read before anything else)
-// larger: on B20 a checkpoint stores 324 KiB with leaves of ~64 entries,
-// 235 KiB with ~16 and 195 KiB with ~8, while B3O's cold Get of 20,000
-// entries went from 0.96× version 1 (~64) to 1.44× (~16) and 1.90× (~8),
-// measured before a cold read fetched the packs in parallel with the root
-// (1.15× since, with ~16).
-const objPackLeafCutMask = 15
+// In the packed form a leaf ends after an entry that is at least the
+// objPackLeafMin-th of its leaf and whose path hash has the bits of
+// objPackLeafCutMask all set (one entry in 4): leaves of ~15 entries, whose
+// sizes vary little. A changed entry rewrites its leaf, and the leaf a
+// change falls in is picked in proportion to its size, so what matters is
+// the mean size of the leaf that holds a given entry: ~31 entries when
+// every entry with its low 4 bits set ends a leaf (sizes spread
+// geometrically around 16), ~16 with the minimum. On B20 a checkpoint
+// stores 324 KiB with leaves of ~64 entries, 235 KiB with ~16 and 195 KiB
+// with ~8 (uncompressed, before the minimum), while B3O's cold Get of
+// 20,000 entries slows as the root, a part a leaf, grows; with compressed
+// members BenchmarkPackedThread stores 72.6 KB a turn with the low 4 bits
+// alone, 50.5 KB with the low 3 bits alone (the root twice as large) and
+// 47.9 KB with this rule (the root as large as with 4 bits). The cut
+// depends on the path and on the entry's place in its leaf, that is on
+// where the leaf starts and what it holds, which is all splitTreeCut's
+// reuse of the thread's last split needs; after an insertion or removal
+// the cuts fall back in step at the first path that ends a leaf in both.
+const (
+	objPackLeafMin     = 12
+	objPackLeafCutMask = 3
+)
 
-// objPackLeafCut is objLeafCut for the leaves of packs.
-func objPackLeafCut(path string) bool {
+// objPackLeafCut is objLeafCut for the leaves of packs: n is the entries of
+// the leaf up to and with the one with this path.
+func objPackLeafCut(path string, n int) bool {
+	if n < objPackLeafMin {
+		return false
+	}
 	h := sha256.Sum256([]byte(path))
 	return binary.BigEndian.Uint64(h[:8])&objPackLeafCutMask == objPackLeafCutMask
 }
@@ -83,6 +104,16 @@ var writePacked = true
 type partLoc struct {
 	pack      keys.Digest
 	off, size int
+	// raw is the size of the member uncompressed when it is stored as a
+	// zstd frame (roots of version 4, packz.go); 0 when it is stored as it
+	// is.
+	raw int
+}
+
+// packed reports whether r is a packed root (version 3 or 4): its parts
+// are members of the packs r.packs.
+func (r *objRoot) packed() bool {
+	return r.version == objRootPacked || r.version == objRootCompressed
 }
 
 // distinctDigests reports whether ds holds no digest twice.
@@ -104,7 +135,7 @@ func distinctDigests(ds []keys.Digest) bool {
 // which objects a checkpoint keeps alive (the sweep's walk and its mirror
 // count references with it).
 func (r *objRoot) namedObjects(self keys.Digest) []keys.Digest {
-	if r.version == objRootPacked {
+	if r.packed() {
 		return append([]keys.Digest{self}, r.packs...)
 	}
 	return append([]keys.Digest{self}, r.allDigests()...)
@@ -118,7 +149,7 @@ func (r *objRoot) convObjects(self keys.Digest) []keys.Digest {
 	seen := map[keys.Digest]bool{self: true}
 	for _, p := range r.conv {
 		d := p.digest
-		if r.version == objRootPacked {
+		if r.packed() {
 			d = p.at.pack
 		}
 		if !seen[d] {
@@ -135,16 +166,20 @@ func (r *objRoot) convObjects(self keys.Digest) []keys.Digest {
 type packSplit struct {
 	root  objRoot
 	parts map[keys.Digest][]byte
+	// fileRefs is how many of the root's reference chunks, the first ones,
+	// are the leaves' (the others hold artifact keys no leaf holds).
+	fileRefs int
 }
 
 // newPackSplit returns the packSplit of a version-2 split: root is the
-// encoded version-2 root, objs its other objects.
-func newPackSplit(root object, objs []object) (*packSplit, error) {
+// encoded version-2 root, objs its other objects, fileRefs how many of its
+// reference chunks, the first ones, its leaves hold.
+func newPackSplit(root object, objs []object, fileRefs int) (*packSplit, error) {
 	r, err := objDecodeRoot(root.data)
 	if err != nil {
 		return nil, err
 	}
-	ps := &packSplit{root: r, parts: make(map[keys.Digest][]byte, len(objs))}
+	ps := &packSplit{root: r, parts: make(map[keys.Digest][]byte, len(objs)), fileRefs: fileRefs}
 	for _, o := range objs {
 		ps.parts[o.digest] = o.data
 	}
@@ -153,8 +188,9 @@ func newPackSplit(root object, objs []object) (*packSplit, error) {
 
 // packed is a packed root and its pack.
 type packed struct {
-	// pack is the new pack; nil when every part is in the parent's packs.
-	pack *object
+	// pack are the new packs: none when every part is in the parent's
+	// packs, two when none is (the files' parts apart), else one.
+	pack []object
 	root object
 	// locs are where each part of the root is.
 	locs map[keys.Digest]partLoc
@@ -164,12 +200,9 @@ type packed struct {
 	packs []keys.Digest
 }
 
-// objects returns what to claim and put: the pack, if any, and the root.
+// objects returns what to claim and put: the new packs and the root.
 func (p *packed) objects() []object {
-	if p.pack == nil {
-		return []object{p.root}
-	}
-	return []object{*p.pack, p.root}
+	return append(slices.Clone(p.pack), p.root)
 }
 
 // pack makes the packed root of ps. Parts that parent (the parent's parts,
@@ -182,10 +215,28 @@ func (p *packed) objects() []object {
 func (ps *packSplit) pack(parent map[keys.Digest]partLoc) packed {
 	r := ps.root
 	order := [][]objPart{r.refs, r.conv, r.leaves}
-	// The bytes of this checkpoint each parent pack holds.
+	// How each part not left where it is goes into the new pack.
+	type member struct {
+		b   []byte
+		raw int
+	}
+	stored := map[keys.Digest]member{}
+	store := func(d keys.Digest) member {
+		m, ok := stored[d]
+		if !ok {
+			m.b = ps.parts[d]
+			if writePackVersion == objPackCompressed {
+				m.b, m.raw = packCompress(m.b)
+			}
+			stored[d] = m
+		}
+		return m
+	}
+	// The bytes of this checkpoint each parent pack holds, and the bytes of
+	// the parts no parent pack holds, as stored.
 	held := map[keys.Digest]int{}
 	seen := map[keys.Digest]bool{}
-	fresh := 0
+	fresh, freshBytes := 0, 0
 	for _, parts := range order {
 		for _, p := range parts {
 			if seen[p.digest] {
@@ -196,31 +247,27 @@ func (ps *packSplit) pack(parent map[keys.Digest]partLoc) packed {
 				held[l.pack] += l.size
 			} else {
 				fresh++
+				freshBytes += len(store(p.digest).b)
 			}
 		}
 	}
-	old := make([]keys.Digest, 0, len(held))
-	for d := range held {
-		old = append(old, d)
-	}
-	slices.SortFunc(old, func(a, b keys.Digest) int {
-		if c := cmp.Compare(held[b], held[a]); c != 0 {
-			return c
-		}
-		return bytes.Compare(a[:], b[:])
-	})
-	keep := objRootPacks - 1
-	if fresh == 0 && len(old) <= objRootPacks {
-		keep = len(old)
-	}
-	kept := map[keys.Digest]bool{}
-	for _, d := range old[:min(keep, len(old))] {
+	old := repackKeep(held, fresh, freshBytes)
+	kept := make(map[keys.Digest]bool, len(old))
+	for _, d := range old {
 		kept[d] = true
 	}
 	out := packed{locs: make(map[keys.Digest]partLoc, len(seen))}
-	data := []byte{objTypePack, objVersion}
-	for _, parts := range order {
-		for _, p := range parts {
+	// When no part stays where it is (the first checkpoint of a thread, or
+	// one packed anew), the leaves and their reference chunks, which the
+	// files alone decide, go into a pack of their own: threads that start
+	// from the same files write the same pack and share it, as they shared
+	// those parts as objects of their own before packs. The conversation
+	// chunks and the artifacts' reference chunks go into a second pack.
+	apart := len(old) == 0
+	data := [2][]byte{{objTypePack, writePackVersion}, {objTypePack, writePackVersion}}
+	group := map[keys.Digest]int{}
+	for k, parts := range order {
+		for i, p := range parts {
 			if _, ok := out.locs[p.digest]; ok {
 				continue
 			}
@@ -229,29 +276,37 @@ func (ps *packSplit) pack(parent map[keys.Digest]partLoc) packed {
 				out.inherits = true
 				continue
 			}
-			b := ps.parts[p.digest]
-			out.locs[p.digest] = partLoc{off: len(data), size: len(b)}
-			data = append(data, b...)
+			g := 0
+			if apart && k != 2 && (k != 0 || i >= ps.fileRefs) {
+				g = 1
+			}
+			m := store(p.digest)
+			out.locs[p.digest] = partLoc{off: len(data[g]), size: len(m.b), raw: m.raw}
+			group[p.digest] = g
+			data[g] = append(data[g], m.b...)
 		}
 	}
 	var packs []keys.Digest
-	if len(data) > 2 {
-		o := objNewObject(data)
-		out.pack = &o
-		packs = append(packs, o.digest)
-		for d, l := range out.locs {
-			if l.pack == (keys.Digest{}) {
-				l.pack = o.digest
-				out.locs[d] = l
-			}
+	var made [2]keys.Digest
+	for g, b := range data {
+		if len(b) > 2 {
+			o := objNewObject(b)
+			out.pack = append(out.pack, o)
+			packs = append(packs, o.digest)
+			made[g] = o.digest
 		}
 	}
-	for _, d := range old {
-		if kept[d] {
-			packs = append(packs, d)
-		}
+	for d, g := range group {
+		l := out.locs[d]
+		l.pack = made[g]
+		out.locs[d] = l
 	}
-	pr := objRoot{version: objRootPacked, convPresent: r.convPresent, artifacts: r.artifacts, packs: packs}
+	packs = append(packs, old...)
+	version := byte(objRootPacked)
+	if writePackVersion == objPackCompressed {
+		version = objRootCompressed
+	}
+	pr := objRoot{version: version, convPresent: r.convPresent, artifacts: r.artifacts, packs: packs}
 	at := func(in []objPart) []objPart {
 		o := make([]objPart, len(in))
 		for i, p := range in {
@@ -343,14 +398,30 @@ func (s *Store) fetchPartsFrom(ctx context.Context, parts []objPart, whole map[k
 				return fmt.Errorf("etcdstore: %w", objError(packs[i], err))
 			}
 		}
-		m := make(map[string][]byte, len(ps))
-		for _, p := range ps {
-			mb := bytes.Clone(b[p.at.off-from : p.at.off-from+p.at.size]) // the cache keeps the member, not the pack
+		// Members are decoded and verified on every core: decompressing
+		// and hashing them is what a cold read of a large body spends its
+		// CPU on.
+		got := make([][]byte, len(ps))
+		err := forEach(ctx, len(ps), runtime.GOMAXPROCS(0), func(_ context.Context, j int) error {
+			p := ps[j]
+			// The cache keeps the member, not the pack: packDecode copies.
+			mb, err := packDecode(b[p.at.off-from:p.at.off-from+p.at.size], p.at.raw)
+			if err != nil {
+				return fmt.Errorf("etcdstore: pack %s: %w", objectKey(packs[i]), objError(p.digest, err))
+			}
 			if sha256.Sum256(mb) != p.digest {
 				return fmt.Errorf("etcdstore: pack %s: %w", objectKey(packs[i]), objError(p.digest, errObjDigest))
 			}
-			s.objCache.put(p.digest, mb)
-			m[objectKey(p.digest)] = mb
+			got[j] = mb
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		m := make(map[string][]byte, len(ps))
+		for j, p := range ps {
+			s.objCache.put(p.digest, got[j])
+			m[objectKey(p.digest)] = got[j]
 		}
 		members[i] = m
 		return nil
@@ -382,4 +453,51 @@ func parsePacks(s string) ([]keys.Digest, error) {
 		out = append(out, d)
 	}
 	return out, nil
+}
+
+// repackRatio is the write-time repack's tier ratio: besides the packs it
+// must drop, it copies a parent pack forward when the checkpoint's bytes in
+// it are at most this many times the bytes the new pack holds so far.
+const repackRatio = 1
+
+// repackKeep returns the parent packs whose parts a new packed root leaves
+// where they are, the most bytes held first (the write-time repack copies
+// the parts of the others into the new pack); held are the bytes of the
+// checkpoint each parent pack holds, fresh and freshBytes the parts no
+// parent pack holds and their bytes. With no fresh part and at most objRootPacks parent packs it keeps
+// them all. Otherwise it goes through the parent packs from the fewest
+// bytes held to the most, copies those it must so that at most
+// objRootPacks-1 remain, and then copies each pack that holds at most
+// repackRatio times what the new pack holds so far (a tier as small as the
+// new pack is merged into it, as in a size-tiered compaction), and keeps
+// the rest. Copying only what it must (the smallest) makes what is copied
+// grow with every turn of a thread, as the newest pack keeps absorbing the
+// one before; merging tiers of similar size copies less in total.
+func repackKeep(held map[keys.Digest]int, fresh, freshBytes int) []keys.Digest {
+	asc := make([]keys.Digest, 0, len(held))
+	for d := range held {
+		asc = append(asc, d)
+	}
+	slices.SortFunc(asc, func(a, b keys.Digest) int {
+		if c := cmp.Compare(held[a], held[b]); c != 0 {
+			return c
+		}
+		return bytes.Compare(a[:], b[:])
+	})
+	if fresh == 0 && len(asc) <= objRootPacks {
+		slices.Reverse(asc)
+		return asc
+	}
+	must := len(asc) - (objRootPacks - 1)
+	acc := freshBytes
+	var kept []keys.Digest
+	for i, d := range asc {
+		if i < must || held[d] <= repackRatio*acc {
+			acc += held[d]
+			continue
+		}
+		kept = append(kept, d)
+	}
+	slices.Reverse(kept)
+	return kept
 }

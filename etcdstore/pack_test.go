@@ -3,6 +3,8 @@ package etcdstore
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -44,8 +46,9 @@ func newMetaKeys(t *testing.T, mem *bucket.Memory, before []string) []string {
 
 // TestPackedCompatibility writes one thread in every form the store has
 // written: version 1 (a store without Objects), the capacity layout with
-// every part an object of its own (as written before packs), then packed
-// roots. It checks that each packed append puts at most a pack and a root,
+// every part an object of its own (as written before packs), packed roots
+// of version 3 (members as they are), then of version 4 (members
+// compressed), which name the version-3 packs they inherit from. It checks that each packed append puts at most a pack and a root,
 // that every packed root names at most objRootPacks packs and a cold Get
 // reads at most 1+objRootPacks times, and then prunes, forks and sweeps:
 // the sweep keeps exactly the blobs and objects live checkpoints name (a
@@ -80,14 +83,24 @@ func TestPackedCompatibility(t *testing.T) {
 	}
 	writePacked = true
 	roots := map[string]keys.Digest{} // packed checkpoint → its root
-	packOf := map[string]string{}     // packed checkpoint → the pack it wrote
-	for range 8 {
+	packsOf := map[string][]string{}  // packed checkpoint → the packs it wrote
+	// a-5..a-7 are packed as before compression (root version 3, packs
+	// 'P' 1), a-8..a-12 with compressed members (version 4, 'P' 2), on
+	// the packs of the ones before.
+	t.Cleanup(func() { writePackVersion = objPackCompressed })
+	compressed, plain := 0, 0
+	for i := range 8 {
+		wantRoot, wantPack := byte(objRootCompressed), byte(objPackCompressed)
+		if i < 3 {
+			wantRoot, wantPack = objRootPacked, objVersion
+		}
+		writePackVersion = wantPack
 		before := memKeysOf(t, e.mem, cairn.ObjectPrefix)
 		c := next()
 		e.append(s, w, c)
 		added := newMetaKeys(t, e.mem, before)
-		if len(added) > 2 {
-			t.Fatalf("append %s put %d objects, want a pack and a root", c.ID, len(added))
+		if len(added) > 3 {
+			t.Fatalf("append %s put %d objects, want at most two packs and a root", c.ID, len(added))
 		}
 		for _, k := range added {
 			b, err := e.mem.Get(e.ctx, k)
@@ -99,16 +112,33 @@ func TestPackedCompatibility(t *testing.T) {
 				d, _ := parseRoot(k[len(objPrefix):])
 				roots[c.ID] = d
 				r, err := objDecodeRoot(b)
-				if err != nil || r.version != objRootPacked {
-					t.Fatalf("root of %s: version %d, %v", c.ID, r.version, err)
+				if err != nil || r.version != wantRoot {
+					t.Fatalf("root of %s: version %d, %v; want version %d", c.ID, r.version, err, wantRoot)
 				}
 				if len(r.packs) > objRootPacks {
 					t.Fatalf("root of %s names %d packs", c.ID, len(r.packs))
 				}
+				for _, p := range append(append(slices.Clone(r.leaves), r.conv...), r.refs...) {
+					if p.at.raw > 0 {
+						compressed++
+					} else {
+						plain++
+					}
+				}
 			case objTypePack:
-				packOf[c.ID] = k
+				if b[1] != wantPack {
+					t.Fatalf("pack of %s: version %d, want %d", c.ID, b[1], wantPack)
+				}
+				packsOf[c.ID] = append(packsOf[c.ID], k)
 			default:
 				t.Fatalf("append %s put an object of type %q", c.ID, b[0])
+			}
+		}
+		if b, _ := e.mem.Get(e.ctx, objectKey(roots[c.ID])); len(packsOf[c.ID]) == 2 {
+			// Two packs only when nothing stays in the parent's.
+			r, _ := objDecodeRoot(b)
+			if len(r.packs) != 2 {
+				t.Fatalf("append %s wrote two packs and its root names %d", c.ID, len(r.packs))
 			}
 		}
 		cold := &readCounter{Memory: e.mem}
@@ -126,8 +156,12 @@ func TestPackedCompatibility(t *testing.T) {
 			t.Fatalf("a cold Get of %s read the bucket %d times", c.ID, n)
 		}
 	}
-	// Forks of the unpacked a-4 and the packed a-6 (pruned below).
-	for dest, src := range map[string]string{"f1": "a-4", "f2": "a-6"} {
+	if compressed == 0 || plain == 0 {
+		t.Fatalf("packed roots name %d compressed and %d uncompressed members: the test covers both only with some of each", compressed, plain)
+	}
+	// Forks of the unpacked a-4, the packed a-6 (pruned below) and the
+	// compressed a-9.
+	for dest, src := range map[string]string{"f1": "a-4", "f2": "a-6", "f3": "a-9"} {
 		fw := e.writer(s, dest)
 		root, err := s.ForkFromCheckpoint(e.ctx, cairn.ForkInput{SourceThreadID: "a", SourceCheckpointID: src,
 			DestinationThreadID: dest, DestinationCheckpointID: dest + "-root", CreatedAt: 5000, Writer: fw})
@@ -143,7 +177,7 @@ func TestPackedCompatibility(t *testing.T) {
 	if err := s.DeleteHead(e.ctx, cairn.DeleteHeadInput{ThreadID: "a", CheckpointID: "a-12", Writer: w}); err != nil {
 		t.Fatal(err)
 	}
-	live := []string{"a-8", "a-9", "a-10", "a-11", "f1-root", "f2-root"}
+	live := []string{"a-8", "a-9", "a-10", "a-11", "f1-root", "f2-root", "f3-root"}
 	var liveCps []cairn.Checkpoint
 	for _, id := range live {
 		liveCps = append(liveCps, byID[id])
@@ -179,11 +213,23 @@ func TestPackedCompatibility(t *testing.T) {
 			wantLive[objectKey(p)] = true
 		}
 	}
-	if !wantLive[packOf["a-5"]] {
-		t.Fatal("no live root names the pack of the pruned a-5: the test does not cover a partly dead pack")
+	if len(packsOf["a-5"]) != 2 {
+		t.Fatalf("a-5, the first packed checkpoint, wrote %d packs, want 2 (its files' parts apart)", len(packsOf["a-5"]))
 	}
-	if wantLive[packOf["a-7"]] {
-		t.Log("the pack of a-7 is still named")
+	if !slices.ContainsFunc(packsOf["a-5"], func(k string) bool { return wantLive[k] }) {
+		t.Fatal("no live root names a pack of the pruned a-5: the test does not cover a partly dead pack")
+	}
+	mixed := false
+	for _, id := range []string{"a-8", "a-9", "a-10", "a-11"} {
+		b, _ := e.mem.Get(e.ctx, objectKey(roots[id]))
+		r, _ := objDecodeRoot(b)
+		for _, p := range r.packs {
+			k := objectKey(p)
+			mixed = mixed || slices.Contains(packsOf["a-5"], k) || slices.Contains(packsOf["a-6"], k) || slices.Contains(packsOf["a-7"], k)
+		}
+	}
+	if !mixed {
+		t.Fatal("no live compressed root names a pack of version 1: the test does not cover the two forms in one root")
 	}
 	e.sweepKeeps(s, wantLive, live, byID)
 }
@@ -217,7 +263,8 @@ func TestPackedRepackOnAnotherState(t *testing.T) {
 		return false
 	}
 	var root *objRoot
-	for _, k := range newMetaKeys(t, e.mem, before) {
+	added := newMetaKeys(t, e.mem, before)
+	for _, k := range added {
 		b, _ := e.mem.Get(e.ctx, k)
 		if b[0] == objTypeRoot && named(k) {
 			r, err := objDecodeRoot(b)
@@ -227,8 +274,13 @@ func TestPackedRepackOnAnotherState(t *testing.T) {
 			root = &r
 		}
 	}
-	if root == nil || len(root.packs) != 1 {
-		t.Fatalf("the append after a prune names %v packs, want its own only", root)
+	if root == nil {
+		t.Fatal("no new root is named")
+	}
+	for _, p := range root.packs {
+		if !slices.Contains(added, objectKey(p)) {
+			t.Fatalf("the append after a prune names the pack %s, want its own only", objectKey(p))
+		}
 	}
 	got, err := e.store(true, 0).Get(e.ctx, c.ID)
 	if err != nil {
@@ -290,5 +342,55 @@ func TestParsePacks(t *testing.T) {
 				t.Fatalf("parsePacks: %d digests, %v; want %d, ok %v", len(got), err, tc.n, tc.ok)
 			}
 		})
+	}
+}
+
+// TestPackedFirstPackShared checks that the first checkpoints of two
+// threads with the same files and different conversations share the pack
+// of their files' parts: the second append creates only the pack of its
+// conversation and its root, and both read back from a fresh store.
+func TestPackedFirstPackShared(t *testing.T) {
+	e := newV2Env(t)
+	s := e.store(true, 0)
+	rootPacks := map[string][]keys.Digest{}
+	added := map[string][]string{}
+	cps := map[string]cairn.Checkpoint{}
+	for _, th := range []string{"a", "b"} {
+		w := e.writer(s, th)
+		c := capacityTurn(th, 1, 1000, 8000)
+		c.Conversation = json.RawMessage(fmt.Sprintf(`[{"role":"user","content":"thread %s: %s"}]`, th, strings.Repeat("go on ", 2000)))
+		before := memKeysOf(t, e.mem, cairn.ObjectPrefix)
+		e.append(s, w, c)
+		added[th] = newMetaKeys(t, e.mem, before)
+		cps[th] = c
+		for _, k := range added[th] {
+			if b, _ := e.mem.Get(e.ctx, k); b[0] == objTypeRoot {
+				r, err := objDecodeRoot(b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rootPacks[th] = r.packs
+			}
+		}
+	}
+	if len(added["a"]) != 3 || len(added["b"]) != 2 {
+		t.Fatalf("the first appends created %d and %d objects, want 3 (two packs and a root) and 2 (the files' pack is there)", len(added["a"]), len(added["b"]))
+	}
+	shared := 0
+	for _, p := range rootPacks["b"] {
+		if slices.Contains(rootPacks["a"], p) {
+			shared++
+		}
+	}
+	if len(rootPacks["a"]) != 2 || len(rootPacks["b"]) != 2 || shared != 1 {
+		t.Fatalf("roots name packs %v and %v, want two each, one shared", rootPacks["a"], rootPacks["b"])
+	}
+	fresh := e.store(true, 0)
+	for th, c := range cps {
+		got, err := fresh.Get(e.ctx, c.ID)
+		if err != nil {
+			t.Fatalf("Get %s: %v", th, err)
+		}
+		sameCheckpoint(t, "first checkpoint", got, c)
 	}
 }

@@ -85,12 +85,15 @@ func (s *splitMemos) put(thread string, m *splitMemo) {
 // split of an earlier checkpoint, it reuses what it can of it. It returns
 // the memo of this split.
 func splitTree(c *cairn.Checkpoint, memo *splitMemo) (root object, objs []object, refs []refChunk, next *splitMemo, err error) {
-	return splitTreeCut(c, memo, objLeafCut)
+	return splitTreeCut(c, memo, func(path string, _ int) bool { return objLeafCut(path) })
 }
 
-// splitTreeCut is splitTree with leaves cut after an entry whose path cut
-// says (objLeafCut for root versions 1 and 2, objPackLeafCut for packs).
-func splitTreeCut(c *cairn.Checkpoint, memo *splitMemo, cut func(path string) bool) (root object, objs []object, refs []refChunk, next *splitMemo, err error) {
+// splitTreeCut is splitTree with leaves cut after an entry for which cut
+// holds, given its path and n, the entries of the leaf up to and with it
+// (objLeafCut for root versions 1 and 2, objPackLeafCut for packs). A cut
+// that depends on n as well as the path still depends only on where the
+// leaf starts and what it holds, which is what the memo's reuse needs.
+func splitTreeCut(c *cairn.Checkpoint, memo *splitMemo, cut func(path string, n int) bool) (root object, objs []object, refs []refChunk, next *splitMemo, err error) {
 	next = &splitMemo{byFirst: make(map[string]int), files: len(c.Files)}
 	r := objRoot{version: objRootTree}
 	seen := make(map[keys.Digest]bool)
@@ -123,7 +126,7 @@ func splitTreeCut(c *cairn.Checkpoint, memo *splitMemo, cut func(path string) bo
 		} else {
 			i := s
 			for {
-				ml.atCut = cut(c.Files[i].Path)
+				ml.atCut = cut(c.Files[i].Path, i+1-s)
 				if ml.atCut || i == len(c.Files)-1 || i+1-s == objLeafMax {
 					break
 				}
@@ -224,4 +227,16 @@ func objLeafEqual(b []byte, files []cairn.Entry) bool {
 		b = b[k:]
 	}
 	return len(b) == 0
+}
+
+// leafRefs returns how many reference chunks the leaves of the split of m
+// have: the first ones of its root.
+func (m *splitMemo) leafRefs() int {
+	n := 0
+	for i := range m.leaves {
+		if m.leaves[i].chunk != nil {
+			n++
+		}
+	}
+	return n
 }

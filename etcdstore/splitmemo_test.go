@@ -15,7 +15,16 @@ import (
 // entries inserted, removed and moved, keys repeated across leaves, runs of
 // paths without a cut, artifacts. And it reuses the leaves and chunks that
 // did not change.
+// TestSplitMemo runs testSplitMemo with the leaf cut of root version 2 and
+// with that of packs, which also depends on an entry's place in its leaf.
 func TestSplitMemo(t *testing.T) {
+	t.Run("Tree", func(t *testing.T) { testSplitMemo(t, func(path string, _ int) bool { return objLeafCut(path) }) })
+	t.Run("Packed", func(t *testing.T) { testSplitMemo(t, objPackLeafCut) })
+}
+
+// testSplitMemo checks with the given leaf cut that the split of a
+// checkpoint with the memo of the one before is the split without it.
+func testSplitMemo(t *testing.T, cut func(path string, n int) bool) {
 	r := rand.New(rand.NewPCG(21, 22))
 	c := cairn.Checkpoint{Files: objTestFiles(5000, ""), Conversation: objTestConversation(r, 100<<10),
 		Artifacts: []cairn.Artifact{{ArtifactID: "a", BlobKey: objTestArtifactKey("a")}, {ArtifactID: "b", BlobKey: objTestFileKey("7")}}}
@@ -97,7 +106,7 @@ func TestSplitMemo(t *testing.T) {
 		{"none", func(f []cairn.Entry) []cairn.Entry { return nil }},
 		{"back to many", func(f []cairn.Entry) []cairn.Entry { return objTestFiles(3000, "") }},
 	}
-	_, _, _, memo, err := splitTree(&c, nil)
+	_, _, _, memo, err := splitTreeCut(&c, nil, cut)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,11 +118,11 @@ func TestSplitMemo(t *testing.T) {
 				c.Artifacts = append(c.Artifacts, cairn.Artifact{ArtifactID: e.name, BlobKey: objTestArtifactKey(e.name)})
 			}
 			prev := memo
-			root, objs, refs, next, err := splitTree(&c, prev)
+			root, objs, refs, next, err := splitTreeCut(&c, prev, cut)
 			if err != nil {
 				t.Fatal(err)
 			}
-			wroot, wobjs, wrefs, _, err := splitTree(&c, nil)
+			wroot, wobjs, wrefs, _, err := splitTreeCut(&c, nil, cut)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -180,15 +189,20 @@ func BenchmarkSplitTree(b *testing.B) {
 
 // The split of a checkpoint with the memo of any other checkpoint's split is
 // the split without a memo. The second checkpoint is the first edited by
-// the fuzzer's ops: each op byte picks an entry and what to do to it.
+// the fuzzer's ops: each op byte picks an entry and what to do to it. An
+// odd mod cuts leaves as packs do.
 func FuzzSplitMemo(f *testing.F) {
 	f.Add("src/a", uint16(600), uint8(255), []byte{0, 1, 2, 3, 4, 5, 250, 9})
 	f.Add("", uint16(1200), uint8(3), []byte{7, 7, 7})
 	f.Add("x", uint16(40), uint8(0), []byte{})
 	f.Add("", uint16(600), uint8(0xa1), []byte("0")) // a directory's empty key copied to a file
 	f.Fuzz(func(t *testing.T, path string, n uint16, mod uint8, ops []byte) {
+		cut := func(path string, _ int) bool { return objLeafCut(path) }
+		if mod&1 == 1 {
+			cut = objPackLeafCut
+		}
 		a := objFuzzCheckpoint(path, n, mod, nil, true, "", 2)
-		_, _, _, memo, err := splitTree(&a, nil)
+		_, _, _, memo, err := splitTreeCut(&a, nil, cut)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -212,8 +226,8 @@ func FuzzSplitMemo(f *testing.F) {
 				b.Files[i].BlobKey = b.Files[len(b.Files)-1-i].BlobKey
 			}
 		}
-		root, objs, refs, _, err := splitTree(&b, memo)
-		wroot, wobjs, wrefs, _, werr := splitTree(&b, nil)
+		root, objs, refs, _, err := splitTreeCut(&b, memo, cut)
+		wroot, wobjs, wrefs, _, werr := splitTreeCut(&b, nil, cut)
 		if (err == nil) != (werr == nil) {
 			t.Fatalf("with the memo: %v; without: %v", err, werr)
 		}

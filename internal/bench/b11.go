@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -253,4 +254,57 @@ func b11Conversation(th, turn int) json.RawMessage {
 		}
 	}
 	return json.RawMessage("[" + strings.Join(msgs, ",") + "]")
+}
+
+// b11Vocabulary is the fixed vocabulary of b11Prose: 4,096 pseudo-random
+// lower-case words of 2 to 11 letters, from a fixed seed.
+var b11Vocabulary = func() []string {
+	r := rand.New(rand.NewPCG(20, 11))
+	words := make([]string, 4096)
+	for i := range words {
+		w := make([]byte, 2+r.IntN(10))
+		for j := range w {
+			w[j] = byte('a' + r.IntN(26))
+		}
+		words[i] = string(w)
+	}
+	return words
+}()
+
+// b11Prose returns the conversation of a turn like b11Conversation, with
+// text of a compressibility closer to a transcript's than b11Conversation's
+// one repeated line: each turn adds about b11ConvTurn bytes of messages
+// whose words are drawn (Zipf-distributed) from b11Vocabulary, with numbers,
+// file paths and hex identifiers, by a generator seeded with the thread and
+// the turn, so that a turn's conversation is the one before with more at its
+// end.
+func b11Prose(th, turn int) json.RawMessage {
+	var b strings.Builder
+	b.WriteByte('[')
+	for t := 0; t <= turn; t++ {
+		r := rand.New(rand.NewPCG(uint64(th), uint64(t)))
+		z := rand.NewZipf(r, 1.1, 2, uint64(len(b11Vocabulary)-1))
+		for start := b.Len(); b.Len()-start < b11ConvTurn; {
+			if b.Len() > 1 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, `{"role":%q,"content":"`, [...]string{"user", "assistant", "tool"}[r.IntN(3)])
+			for k := 20 + r.IntN(200); k > 0; k-- {
+				switch x := r.IntN(40); {
+				case x == 0:
+					fmt.Fprintf(&b, "%d ", r.IntN(100_000))
+				case x == 1:
+					fmt.Fprintf(&b, "src/%s/%s.go:%d ", b11Vocabulary[z.Uint64()], b11Vocabulary[z.Uint64()], r.IntN(500))
+				case x == 2:
+					fmt.Fprintf(&b, "%016x ", r.Uint64())
+				default:
+					b.WriteString(b11Vocabulary[z.Uint64()])
+					b.WriteByte(' ')
+				}
+			}
+			b.WriteString(`"}`)
+		}
+	}
+	b.WriteByte(']')
+	return json.RawMessage(b.String())
 }
