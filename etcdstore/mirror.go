@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"hash/crc64"
+	"maps"
 	"os"
 	"slices"
 	"sync"
@@ -761,7 +762,10 @@ func (m *Mirror) persist() error {
 			}
 			bs[i] = b
 		}
-		for k := range m.dirtyRecs {
+		// Keys in order: bbolt keeps a transaction's inserts in one node
+		// until commit, so keys in map order cost a copy of that node each
+		// (a cold build of n records was quadratic).
+		for _, k := range slices.Sorted(maps.Keys(m.dirtyRecs)) {
 			var err error
 			if v, ok := m.recs[k]; ok {
 				err = bs[1].Put([]byte(k), sealed(v))
@@ -772,7 +776,7 @@ func (m *Mirror) persist() error {
 				return err
 			}
 		}
-		for k := range m.dirtyKids {
+		for _, k := range slices.Sorted(maps.Keys(m.dirtyKids)) {
 			var err error
 			if ks, ok := m.kids[k]; ok {
 				err = bs[2].Put([]byte(k), encodeKids(ks))
