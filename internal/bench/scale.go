@@ -62,6 +62,7 @@ type scaleResult struct {
 	rss, hwm                                     int64 // the process's, at the end
 	file                                         int64 // the mirror file's size
 	bucketObjects                                int
+	bucketBytes                                  int64 // bytes of the objects ever created
 }
 
 // scaleTurn is one turn of thread th on ch: its new blobs (the files the turn
@@ -102,7 +103,12 @@ func scaleRepos(ctx context.Context, b *countingBucket) error {
 func (sr *scaleRun) run(ctx context.Context, n int) (*scaleResult, error) {
 	res := &scaleResult{threads: max(1, n/b11Turns)}
 	res.kept = res.threads * b11Turns
-	b := newCountingBucket(sr.latency)
+	dir := filepath.Join(sr.tmp, fmt.Sprintf("scale-%d-objects", n))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	b := newCountingBucket(sr.latency, dir)
 	// A new bucket: the registry's marker first, as a deployment's first
 	// store or the sweeper's -bind writes it, so that the sweep finds the
 	// store's binding covered.
@@ -305,6 +311,8 @@ func (sr *scaleRun) run(ctx context.Context, n int) (*scaleResult, error) {
 	res.file = fi.Size()
 	res.rss, res.hwm = procMemory()
 	res.bucketObjects = b.mem.Len()
+	res.bucketBytes = b.createdBytes.Load()
+	res.bucketBytes = b.createdBytes.Load()
 	return res, nil
 }
 

@@ -2,11 +2,16 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/bucket"
 )
 
@@ -53,8 +58,16 @@ func (a reqCounts) String() string {
 // requests it answers by kind, as S3 would bill them (a Delete of up to
 // bucket.MaxDeleteKeys keys is one request), and waits latency before
 // answering each, as a remote bucket would.
+//
+// With dir set, the bytes of the store's objects (keys under
+// cairn.ObjectPrefix, which hold most of the bytes) are kept in files there,
+// and the in-memory bucket keeps their keys and upload times only: a run of
+// 10^5 kept checkpoints writes tens of GiB of them, more than a process
+// should hold, and the process's RSS then tells about the sweeper rather than
+// about the bucket.
 type countingBucket struct {
 	mem     *bucket.Memory
+	dir     string
 	latency time.Duration
 	n       [numReqKinds]atomic.Int64
 	// created counts the puts that stored a new object, and createdBytes
@@ -67,8 +80,29 @@ var (
 	_ bucket.RangeReader = (*countingBucket)(nil)
 )
 
-func newCountingBucket(latency time.Duration) *countingBucket {
-	return &countingBucket{mem: bucket.NewMemory(nil), latency: latency}
+func newCountingBucket(latency time.Duration, dir string) *countingBucket {
+	return &countingBucket{mem: bucket.NewMemory(nil), latency: latency, dir: dir}
+}
+
+// file returns the file that holds key's bytes, or "" when the bucket keeps
+// them in memory.
+func (c *countingBucket) file(key string) string {
+	if c.dir == "" || !strings.HasPrefix(key, cairn.ObjectPrefix) {
+		return ""
+	}
+	return filepath.Join(c.dir, strings.ReplaceAll(strings.TrimPrefix(key, cairn.ObjectPrefix), "/", "_"))
+}
+
+// read returns the bytes of key, from its file when it has one.
+func (c *countingBucket) read(ctx context.Context, key string) ([]byte, error) {
+	f := c.file(key)
+	if f == "" {
+		return c.mem.Get(ctx, key)
+	}
+	if _, err := c.mem.Head(ctx, key); err != nil {
+		return nil, err
+	}
+	return os.ReadFile(f)
 }
 
 func (c *countingBucket) counts() reqCounts {
@@ -99,14 +133,21 @@ func (c *countingBucket) Get(ctx context.Context, key string) ([]byte, error) {
 	if err := c.req(ctx, reqGet, 1); err != nil {
 		return nil, err
 	}
-	return c.mem.Get(ctx, key)
+	return c.read(ctx, key)
 }
 
 func (c *countingBucket) GetRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
 	if err := c.req(ctx, reqRange, 1); err != nil {
 		return nil, err
 	}
-	return c.mem.GetRange(ctx, key, off, n)
+	b, err := c.read(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if off < 0 || n < 0 || off+n > int64(len(b)) {
+		return nil, fmt.Errorf("%w: %s: %d bytes from %d of %d", bucket.ErrInvalidRange, key, n, off, len(b))
+	}
+	return b[off : off+n], nil
 }
 
 func (c *countingBucket) Head(ctx context.Context, key string) (bucket.Object, error) {
@@ -120,7 +161,21 @@ func (c *countingBucket) PutIfAbsent(ctx context.Context, key string, data []byt
 	if err := c.req(ctx, reqPut, 1); err != nil {
 		return false, err
 	}
-	created, err := c.mem.PutIfAbsent(ctx, key, data)
+	stored := data
+	if f := c.file(key); f != "" {
+		// The file first, under a name of its own and renamed: an object's
+		// bytes never change (its key is their digest), so a second put of
+		// the key rewrites the same bytes.
+		tmp := fmt.Sprintf("%s.%d.tmp", f, c.n[reqPut].Load())
+		if err := os.WriteFile(tmp, data, 0o600); err != nil {
+			return false, err
+		}
+		if err := os.Rename(tmp, f); err != nil {
+			return false, err
+		}
+		stored = nil
+	}
+	created, err := c.mem.PutIfAbsent(ctx, key, stored)
 	if created {
 		c.created.Add(1)
 		c.createdBytes.Add(int64(len(data)))
@@ -141,5 +196,13 @@ func (c *countingBucket) Delete(ctx context.Context, keys []string) (bucket.Dele
 			return bucket.DeleteResult{}, err
 		}
 	}
-	return c.mem.Delete(ctx, keys)
+	res, err := c.mem.Delete(ctx, keys)
+	for _, k := range res.Deleted {
+		if f := c.file(k); f != "" {
+			if rerr := os.Remove(f); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+				return res, rerr
+			}
+		}
+	}
+	return res, err
 }
