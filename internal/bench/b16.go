@@ -24,7 +24,15 @@ func (r *runner) b16(ctx context.Context) ([]Row, error) {
 	for _, n := range sizes {
 		res, err := r.scaleOnce(ctx, n)
 		if err != nil {
-			return nil, fmt.Errorf("%d kept: %w", n, err)
+			err = fmt.Errorf("%d kept: %w", n, err)
+			if len(rs) == 0 {
+				return nil, err
+			}
+			// The rows of the sizes that ended, and the error: a run of
+			// 10^5 stopped by its deadline keeps those of 10^4 and 3·10^4.
+			rows := scaleRows(rs, r.cfg.B16Latency)
+			rows[0].Notes = append(rows[0].Notes, fmt.Sprintf("The run of %s kept checkpoints did not end: %v.", fmtInt(int64(n)), err))
+			return rows, err
 		}
 		rs = append(rs, res)
 		r.logf("B16: %d kept done:\n%s", n, scaleTable([]*scaleResult{res}))

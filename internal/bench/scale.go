@@ -378,11 +378,11 @@ func (r *scaleResult) timeRatio() float64 {
 // table prints the figures of each run, one line each.
 func scaleTable(rs []*scaleResult) string {
 	var b strings.Builder
-	fmt.Fprintln(&b, "| kept | write | churn (turns+prunes, forks, threads deleted) | created + lost | steady sweep: time, reads, LIST, etcd read / written | full walk: time, reads, LIST | nothing changed: time, reads | restart: time, reads, ranges | compacted: reads, ranges | mirror heap / ckpt | file / ckpt | RSS (peak) |")
-	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(&b, "| kept | write | first sweep (cold build): time, reads | churn (turns+prunes, forks, threads deleted) | created + lost | steady sweep: time, reads, LIST, etcd read / written | full walk: time, reads, LIST | nothing changed: time, reads | restart: time, reads, ranges | compacted: reads, ranges | mirror heap / ckpt | file / ckpt | RSS (peak) |")
+	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rs {
-		fmt.Fprintf(&b, "| %s | %s | %d, %d, %d | %s + %s | %s, %s (%.2f×), %s, %s / %s (%.2f×) | %s, %s, %s | %s, %s | %s, %s, %d | %s, %d | %s | %s | %s (%s) |\n",
-			fmtInt(int64(r.kept)), fmtDur(r.writeTook), r.appended, r.forks, r.deletedThreads,
+		fmt.Fprintf(&b, "| %s | %s | %s, %s | %d, %d, %d | %s + %s | %s, %s (%.2f×), %s, %s / %s (%.2f×) | %s, %s, %s | %s, %s | %s, %s, %d | %s, %d | %s | %s | %s (%s) |\n",
+			fmtInt(int64(r.kept)), fmtDur(r.writeTook), fmtDur(r.cold.took), fmtInt(r.cold.req.reads()), r.appended, r.forks, r.deletedThreads,
 			fmtInt(r.created), fmtInt(r.lost()),
 			fmtDur(r.steady.took), fmtInt(r.steady.req.reads()), r.readRatio(), fmtInt(r.steady.req[reqList]), fmtBytes(r.steady.etcdRead), fmtBytes(r.written), r.etcdRatio(),
 			fmtDur(r.walk.took), fmtInt(r.walk.req.reads()), fmtInt(r.walk.req[reqList]),
