@@ -21,6 +21,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -38,7 +40,8 @@ func main() {
 	profile := flag.String("cpuprofile", "", "directory for a CPU profile of each round of each side (cairn, baseline, reference1, ...)")
 	versitygw := flag.String("versitygw", "", "versitygw binary (default: $CAIRN_VERSITYGW, ./bin/versitygw, $PATH)")
 	verbose := flag.Bool("v", false, "print progress to standard error")
-	b16kept := flag.Int("b16-kept", 0, "kept checkpoints of B16-B18, the incremental sweep (0 keeps the configuration's: 100,000, quick 1,000; CI runs 10,000)")
+	b16kept := flag.String("b16-kept", "", "kept checkpoints of each run of B16-B18 (the incremental sweep's scale harness), comma-separated: the largest gives the rows, all of them the fit extrapolated to 10^6 (empty keeps the configuration's: 10000,30000,100000, quick 1000)")
+	b16latency := flag.Duration("b16-latency", 0, "latency added to each request of B16-B18's in-process bucket, e.g. 10ms")
 	flag.Parse()
 
 	cfg := bench.Full()
@@ -51,9 +54,20 @@ func main() {
 	if *rounds > 0 {
 		cfg.Rounds, cfg.AppendRounds, cfg.B5Rounds = *rounds, *rounds, *rounds
 	}
-	if *b16kept > 0 {
-		cfg.B16Kept = *b16kept
+	if *b16kept != "" {
+		var sizes []int
+		for _, f := range strings.Split(*b16kept, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "cairn-bench: -b16-kept: %v\n", err)
+				os.Exit(2)
+			}
+			sizes = append(sizes, n)
+		}
+		slices.Sort(sizes)
+		cfg.B16Kept, cfg.B16Fit = sizes[len(sizes)-1], sizes[:len(sizes)-1]
 	}
+	cfg.B16Latency = *b16latency
 	cfg.ProfileDir = *profile
 	if *b10cmd != "" {
 		cfg.B10Command = strings.Fields(*b10cmd)

@@ -3,229 +3,104 @@ package bench
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
-	"runtime"
+	"slices"
 	"time"
-
-	"github.com/cairnstore/cairn"
-	"github.com/cairnstore/cairn/bucket"
-	"github.com/cairnstore/cairn/etcdstore"
 )
 
-const b16Prefix = "/cairn-bench/b16/"
-
-// b16 measures the incremental sweep's mirror (etcdstore.Mirror) on the
-// capacity workload of B11: B16Kept kept checkpoints (threads of b11Turns
-// turns), then 1% churn (B16Kept/100 new turns appended and as many old
-// checkpoints pruned), then the sweep's reference read, from the mirror and
-// by the full walk, on the same data in the same run, each on a fresh store
-// (object cache empty) over a bucket that counts reads. Rows: B16 the
+// b16 runs the scale harness (scale.go) of the incremental sweep at each size
+// of B16Fit and at B16Kept, each on an etcd member of its own: B11's capacity
+// workload kept, then 1% churn (turns appended with a prune each, forks,
+// threads deleted), then sweeps, with the mirror and by the full walk, over a
+// bucket that counts requests by kind. Rows, from the largest run: B16 the
 // steady-state sweep against the full walk, B17 a restart with the file
-// intact and after a compaction past its revision, B18 the mirror's memory and
-// file per kept checkpoint.
+// intact and after a compaction past its revision, B18 memory and file per
+// kept checkpoint; the notes give every run's figures and the extrapolation
+// to 10^6 kept checkpoints of the fit over the runs.
 func (r *runner) b16(ctx context.Context) ([]Row, error) {
-	n := r.cfg.B16Kept
-	threads := max(1, n/b11Turns)
-	kept := threads * b11Turns
-	cli, stop, err := r.etcd(ctx, "b16")
+	sizes := append(slices.Clone(r.cfg.B16Fit), r.cfg.B16Kept)
+	slices.Sort(sizes)
+	sizes = slices.Compact(sizes)
+	var rs []*scaleResult
+	for _, n := range sizes {
+		res, err := r.scaleOnce(ctx, n)
+		if err != nil {
+			err = fmt.Errorf("%d kept: %w", n, err)
+			if len(rs) == 0 {
+				return nil, err
+			}
+			// The rows of the sizes that ended, and the error: a run of
+			// 10^5 stopped by its deadline keeps those of 10^4 and 3·10^4.
+			rows := scaleRows(rs, r.cfg.B16Latency)
+			rows[0].Notes = append(rows[0].Notes, fmt.Sprintf("The run of %s kept checkpoints did not end: %v.", fmtInt(int64(n)), err))
+			return rows, err
+		}
+		rs = append(rs, res)
+		r.logf("B16: %d kept done:\n%s", n, scaleTable([]*scaleResult{res}))
+	}
+	return scaleRows(rs, r.cfg.B16Latency), nil
+}
+
+func (r *runner) scaleOnce(ctx context.Context, n int) (*scaleResult, error) {
+	cli, stop, err := r.etcd(ctx, fmt.Sprintf("scale-%d", n))
 	if err != nil {
 		return nil, err
 	}
 	defer stop()
-	objs := &countingObjects{ObjectStore: bucket.NewMemory(nil)}
-	open := func() (*etcdstore.Store, error) {
-		return etcdstore.New(cli, b16Prefix, etcdstore.Options{Options: storeOptions, Objects: objs})
-	}
-	store, err := open()
-	if err != nil {
-		return nil, err
-	}
-	defer store.Close()
-	chains := make([]*chain, threads)
-	turn := func(th int) error {
-		ch := chains[th]
-		in := ch.next(nil, []string{artifactKey(fmt.Sprintf("b16-%d-%d", th, ch.n))}, b11Conversation(th, min(ch.n, b11Turns)))
-		in.Checkpoint.Files = b11Entries(th, ch.n)
-		return ch.append(ctx, in)
-	}
-	for th := range threads {
-		if chains[th], err = newChain(ctx, store, fmt.Sprintf("b16-%d", th)); err != nil {
-			return nil, err
-		}
-		for range b11Turns {
-			if err := turn(th); err != nil {
-				return nil, err
-			}
-		}
-		if (th+1)%max(1, threads/10) == 0 {
-			r.logf("B16: %d of %d threads written", th+1, threads)
-		}
-	}
+	sr := &scaleRun{cli: cli, tmp: r.tmp, latency: r.cfg.B16Latency, logf: r.logf}
+	return sr.run(ctx, n)
+}
 
-	// The cold build.
-	path := filepath.Join(r.tmp, "b16-mirror.db")
-	mstore, err := open()
-	if err != nil {
-		return nil, err
+// scaleRows makes rows B16 to B18 of the runs rs (in increasing size).
+func scaleRows(rs []*scaleResult, latency time.Duration) []Row {
+	r := rs[len(rs)-1]
+	fit := fitScale(rs)
+	kept := fmtInt(int64(r.kept))
+	lat := "no added latency"
+	if latency > 0 {
+		lat = fmt.Sprintf("%s added to each bucket request", fmtDur(latency))
 	}
-	mirror, err := mstore.OpenMirror(ctx, path)
-	if err != nil {
-		return nil, err
-	}
-	g0 := objs.gets.Load()
-	t0 := time.Now()
-	if _, err := mirror.Sync(ctx); err != nil {
-		return nil, err
-	}
-	coldTook, coldGets := time.Since(t0), objs.gets.Load()-g0
-	mstore.Close()
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, err
-	}
-
-	// 1% churn: new turns, and as many checkpoints pruned.
-	churn := max(1, kept/100)
-	p0 := objs.created.Load()
-	for i := range churn {
-		th := i % threads
-		if err := turn(th); err != nil {
-			return nil, err
-		}
-		if _, err := store.DeleteCheckpoints(ctx, cairn.DeleteCheckpointsInput{ThreadID: chains[th].thread, Keep: b11Turns, Writer: chains[th].writer}); err != nil {
-			return nil, err
-		}
-	}
-	created := objs.created.Load() - p0
-
-	// The steady-state read from the mirror, then the full walk, same data.
-	mstore, err = open()
-	if err != nil {
-		return nil, err
-	}
-	defer mstore.Close()
-	mirror.Close()
-	if mirror, err = mstore.OpenMirror(ctx, path); err != nil {
-		return nil, err
-	}
-	defer func() {
-		if mirror != nil {
-			mirror.Close()
-		}
-	}()
-	read := func() (time.Duration, int64, int, error) {
-		g := objs.gets.Load()
-		t := time.Now()
-		refs := 0
-		_, err := mstore.WithMirror(mirror).ReadBlobGC(ctx, func(cairn.BlobReference) error { refs++; return nil })
-		return time.Since(t), objs.gets.Load() - g, refs, err
-	}
-	steadyTook, steadyGets, steadyRefs, err := read()
-	if err != nil {
-		return nil, err
-	}
-	idleTook, idleGets, _, err := read()
-	if err != nil {
-		return nil, err
-	}
-	walk, err := measureWalk(ctx, func(o etcdstore.ObjectStore) (*etcdstore.Store, error) {
-		return etcdstore.New(cli, b16Prefix, etcdstore.Options{Options: storeOptions, Objects: o})
-	}, objs.ObjectStore, kept)
-	if err != nil {
-		return nil, err
-	}
-	if walk.refs != steadyRefs {
-		return nil, fmt.Errorf("the mirror reported %d references, the walk %d", steadyRefs, walk.refs)
-	}
-
-	// B17: a restart with the file intact, then one after a compaction past
-	// the file's revision (with one more turn in between).
-	// The heap a mirror takes is measured on the restart with the file
-	// intact: it reads no object, so the store's object cache stays empty.
-	var heap int64
-	restart := func() (time.Duration, int64, etcdstore.MirrorStats, error) {
-		mirror.Close()
-		mirror = nil
-		var ms runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&ms)
-		before := int64(ms.HeapAlloc)
-		defer func() {
-			runtime.GC()
-			runtime.ReadMemStats(&ms)
-			if heap == 0 {
-				heap = int64(ms.HeapAlloc) - before
-			}
-		}()
-		s, err := open()
-		if err != nil {
-			return 0, 0, etcdstore.MirrorStats{}, err
-		}
-		defer s.Close()
-		m, err := s.OpenMirror(ctx, path)
-		if err != nil {
-			return 0, 0, etcdstore.MirrorStats{}, err
-		}
-		mirror = m
-		g := objs.gets.Load()
-		t := time.Now()
-		_, err = m.Sync(ctx)
-		return time.Since(t), objs.gets.Load() - g, m.Stats(), err
-	}
-	rTook, rGets, rStats, err := restart()
-	if err != nil {
-		return nil, err
-	}
-	if err := turn(0); err != nil {
-		return nil, err
-	}
-	resp, err := cli.Get(ctx, "\x00")
-	if err != nil {
-		return nil, err
-	}
-	if _, err := cli.Compact(ctx, resp.Header.Revision); err != nil {
-		return nil, err
-	}
-	cTook, cGets, cStats, err := restart()
-	if err != nil {
-		return nil, err
-	}
-
-	perKept := heap / int64(kept)
-	result := func(ok bool) string {
-		if ok {
-			return "met"
-		}
-		return "missed"
-	}
+	churn := fmt.Sprintf("%d turns appended and as many checkpoints pruned, %d forks, %d threads deleted", r.appended, r.forks, r.deletedThreads)
+	runs := "Runs (kept checkpoints of B11's workload, 1% churn; " + lat + "):\n\n" + scaleTable(rs)
+	fitNote := fmt.Sprintf("Fit (least squares, a + b·N) over %s kept, extrapolated to 10^6: mirror heap %s (%s a checkpoint), mirror file %s (%s a checkpoint), steady-state sweep %.1f s, full walk %.1f s.",
+		fit.over, fmtLarge(int64(fit.heap)), fmtBytes(int64(fit.heap/1e6)), fmtLarge(int64(fit.file)), fmtBytes(int64(fit.file/1e6)), fit.steady, fit.walk)
 	return []Row{{
 		ID:       "B16",
-		Workload: fmt.Sprintf("sweep read after 1%% churn (%d turns appended, %d pruned) of %s kept B11 checkpoints", churn, churn, fmtInt(int64(kept))),
-		Cairn:    fmt.Sprintf("mirror %s, %s object reads", fmtDur(steadyTook), fmtInt(steadyGets)),
-		Baseline: fmt.Sprintf("full walk %s, %s object reads", fmtDur(walk.took), fmtInt(walk.gets)),
-		Ratio:    float64(steadyTook) / float64(max(1, walk.took)),
-		Target:   "reads ≤ 1.2 × objects created; time ≤ 5% of the walk",
-		Result:   result(float64(steadyGets) <= 1.2*float64(created) && steadyTook*20 <= walk.took),
-		Notes: []string{fmt.Sprintf("%d objects created by the churn; the mirror read %d (%.2f×). Nothing changed since: %s, %d object reads. Cold build: %s, %s object reads (the walk's %s).",
-			created, steadyGets, float64(steadyGets)/float64(max(1, created)), fmtDur(idleTook), idleGets, fmtDur(coldTook), fmtInt(coldGets), fmtInt(walk.gets))},
+		Workload: fmt.Sprintf("sweep after 1%% churn (%s) of %s kept B11 checkpoints", churn, kept),
+		Cairn: fmt.Sprintf("mirror %s, %s object reads (%.2f× created + lost), %s LIST, etcd %s read (%.2f× written); nothing changed %s, %s reads",
+			fmtDur(r.steady.took), fmtInt(r.steady.req.reads()), r.readRatio(), fmtInt(r.steady.req[reqList]), fmtBytes(r.steady.etcdRead), r.etcdRatio(), fmtDur(r.idle.took), fmtInt(r.idle.req.reads())),
+		Baseline: fmt.Sprintf("full walk %s, %s object reads, %s LIST", fmtDur(r.walk.took), fmtInt(r.walk.req.reads()), fmtInt(r.walk.req[reqList])),
+		Ratio:    r.timeRatio(),
+		Target:   "reads ≤ 1.2 × (created + lost); 0 LIST; etcd read ≤ 2 × written; time ≤ 5% of the walk; nothing changed: 0 reads, < 1 s",
+		Result: verdict(r.readRatio() <= 1.2 && r.steady.req[reqList] == 0 && r.etcdRatio() <= 2 && r.timeRatio() <= 0.05 &&
+			r.idle.req.reads() == 0 && r.idle.took < time.Second),
+		Notes: []string{
+			fmt.Sprintf("%s objects created by the churn (blobs and the store's objects), %s lost their last reference (the full walk's garbage, which the sweep with the mirror deleted, key for key). Steady sweep with the mirror: %s (references %s), requests %s; the full walk (a dry run on a fresh store): %s (references %s), requests %s. etcd: %s answered to the steady sweep (unary responses and watch messages), %s of write requests under the prefix during the churn. First sweep (the mirror's cold build): %s, %s object reads.",
+				fmtInt(r.created), fmtInt(r.lost()), fmtDur(r.steady.took), fmtDur(r.steady.refsTook), r.steady.req, fmtDur(r.walk.took), fmtDur(r.walk.refsTook), r.walk.req,
+				fmtBytes(r.steady.etcdRead), fmtBytes(r.written), fmtDur(r.cold.took), fmtInt(r.cold.req.reads())),
+			runs,
+			fitNote,
+		},
 	}, {
 		ID:       "B17",
-		Workload: fmt.Sprintf("sweeper restart over %s kept checkpoints, file intact; then after a compaction past its revision", fmtInt(int64(kept))),
-		Cairn:    fmt.Sprintf("%s, %d object reads, %d range reads; compacted: %s, %d object reads, %d range reads", fmtDur(rTook), rGets, rStats.Relists, fmtDur(cTook), cGets, cStats.Relists),
-		Baseline: fmt.Sprintf("cold build %s, %s object reads", fmtDur(coldTook), fmtInt(coldGets)),
-		Ratio:    float64(rTook) / float64(max(1, coldTook)),
+		Workload: fmt.Sprintf("sweeper restart over %s kept checkpoints, file intact; then after a compaction past its revision", kept),
+		Cairn: fmt.Sprintf("%s, %d object reads, %d range reads; compacted: %s, %d object reads, %d range reads",
+			fmtDur(r.restart.took), r.restart.req.reads(), r.restart.stats.Relists, fmtDur(r.compacted.took), r.compacted.req.reads(), r.compacted.stats.Relists),
+		Baseline: fmt.Sprintf("cold build (first sweep) %s, %s object reads", fmtDur(r.cold.took), fmtInt(r.cold.req.reads())),
+		Ratio:    float64(r.restart.took) / float64(max(1, r.cold.took)),
 		Target:   "intact: 0 reads, 0 ranges; compacted: 1 range",
-		Result:   result(rGets == 0 && rStats.Relists == 0 && cStats.Relists == 1),
+		Result:   verdict(r.restart.req.reads() == 0 && r.restart.stats.Relists == 0 && r.compacted.stats.Relists == 1),
 	}, {
 		ID:       "B18",
-		Workload: fmt.Sprintf("the mirror of %s kept checkpoints", fmtInt(int64(kept))),
-		Cairn:    fmt.Sprintf("%s heap a kept checkpoint, %s of file", fmtBytes(perKept), fmtBytes(fi.Size()/int64(kept))),
+		Workload: fmt.Sprintf("the mirror of %s kept checkpoints", kept),
+		Cairn: fmt.Sprintf("%s heap a kept checkpoint (%s in all), %s of file a kept checkpoint; process RSS %s",
+			fmtBytes(r.heap/int64(r.kept)), fmtLarge(r.heap), fmtBytes(r.file/int64(r.kept)), fmtLarge(r.rss)),
 		Baseline: "-",
-		Ratio:    float64(perKept) / float64(max(1, fi.Size()/int64(kept))),
-		Target:   "≤ 1 GiB at 10^6 (≤ 1 KiB a checkpoint)",
-		Result:   result(perKept*1_000_000 <= 1<<30),
-		Notes: []string{fmt.Sprintf("Heap %s for %s kept checkpoints, linear extrapolation to 10^6: %s. File %s.",
-			fmtBytes(heap), fmtInt(int64(kept)), fmtBytes(perKept*1_000_000), fmtBytes(fi.Size()))},
-	}}, nil
+		Ratio:    fit.heap / float64(1<<30),
+		Target:   "heap ≤ 1 GiB at 10^6 (fit); RSS ≤ 200 MiB at 10^5",
+		Result:   verdict(fit.heap <= 1<<30 && (r.kept < 100_000 || r.rss <= 200<<20)),
+		Notes: []string{
+			fmt.Sprintf("The heap is the mirror's alone (HeapAlloc after a collection, around opening the file and syncing it on restart). The process's RSS (%s, peak %s) also holds the in-process bucket's keys (%s objects; %s written in all, the store's objects on disk), the writing store and the etcd client: it bounds the sweeper's from above. The ratio column is the fitted heap at 10^6 in GiB. %s",
+				fmtLarge(r.rss), fmtLarge(r.hwm), fmtInt(int64(r.bucketObjects)), fmtLarge(r.bucketBytes), fitNote),
+		},
+	}}
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Workloads lists the workload names in the order Run runs them.
@@ -52,8 +53,13 @@ type Config struct {
 	// checkpoint kept) measure what etcd keeps per checkpoint.
 	B11Threads int
 	// B16Kept kept checkpoints of the capacity workload measure the
-	// incremental sweep's mirror (rows B16, B17 and B18).
-	B16Kept int
+	// incremental sweep's mirror (rows B16, B17 and B18); B16Fit are the
+	// smaller sizes run before it, over which (with B16Kept) the figures are
+	// fitted and extrapolated to 10^6; B16Latency is added to each request
+	// of the harness's bucket.
+	B16Kept    int
+	B16Fit     []int
+	B16Latency time.Duration
 	// B7Files files of about B7Bytes bytes in all make the workspace that
 	// B7, B8 and B9 capture and restore.
 	B7Files int
@@ -84,6 +90,7 @@ func Full() Config {
 		B10Appends: 200,
 		B11Threads: 20,
 		B16Kept:    100_000,
+		B16Fit:     []int{10_000, 30_000},
 		B7Files:    10_000, B7Bytes: 256 << 20,
 	}
 }
@@ -129,8 +136,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("B7 needs at least 1 file and a byte a file")
 	case c.B11Threads < 1 && (c.selected("B11") || c.selected("B20")):
 		return fmt.Errorf("B11 and B20 need at least 1 thread")
-	case c.B16Kept < 100 && c.selected("B16"):
-		return fmt.Errorf("B16 needs at least 100 kept checkpoints")
+	case (c.B16Kept < 100 || slices.Min(append([]int{c.B16Kept}, c.B16Fit...)) < 100) && c.selected("B16"):
+		return fmt.Errorf("B16 needs at least 100 kept checkpoints a run")
+	case c.B16Latency < 0:
+		return fmt.Errorf("B16's latency must not be negative")
 	}
 	return nil
 }

@@ -37,6 +37,9 @@ type tally struct {
 	mu      sync.Mutex
 	calls   []call
 	streams int
+	// recv is the proto.Size of the messages received on the streams opened
+	// under the tally (a watch's responses), when it records sizes.
+	recv int64
 }
 
 // withTally returns a context whose etcd calls are recorded in a new tally,
@@ -80,6 +83,33 @@ func (t *tally) reset() {
 	defer t.mu.Unlock()
 	t.calls = t.calls[:0]
 	t.streams = 0
+	t.recv = 0
+}
+
+// received returns the bytes the calls answered (responses of unary calls
+// and messages of streams), when the tally records sizes.
+func (t *tally) received() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := t.recv
+	for _, c := range t.calls {
+		n += int64(c.resp)
+	}
+	return n
+}
+
+// sent returns the bytes of the requests that may write, when the tally
+// records sizes.
+func (t *tally) sentWrites() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var n int64
+	for _, c := range t.calls {
+		if c.write {
+			n += int64(c.req)
+		}
+	}
+	return n
 }
 
 func meterUnary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
@@ -114,12 +144,37 @@ func meterUnary(ctx context.Context, method string, req, reply any, cc *grpc.Cli
 
 func meterStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	t, _ := ctx.Value(tallyKey{}).(*tally)
+	sizes := false
 	for p := t; p != nil; p = p.parent {
 		p.mu.Lock()
 		p.streams++
 		p.mu.Unlock()
+		sizes = sizes || p.sizes
 	}
-	return streamer(ctx, desc, cc, method, opts...)
+	s, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil || !sizes {
+		return s, err
+	}
+	return &meteredStream{ClientStream: s, t: t}, nil
+}
+
+// meteredStream adds the size of each message it receives to its tallies.
+type meteredStream struct {
+	grpc.ClientStream
+	t *tally
+}
+
+func (s *meteredStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if pm, ok := m.(proto.Message); ok && err == nil {
+		n := int64(proto.Size(pm))
+		for p := s.t; p != nil; p = p.parent {
+			p.mu.Lock()
+			p.recv += n
+			p.mu.Unlock()
+		}
+	}
+	return err
 }
 
 // mayWrite reports whether an etcd request may change the store: anything

@@ -82,7 +82,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer) ([]Row, error) {
 		r.logf("%s: done in %v", w.id, time.Since(t).Round(time.Millisecond))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", w.id, err))
-			got = append(got, Row{ID: w.id, Workload: "(see error)", Ratio: math.NaN(), Result: "failed", Notes: []string{err.Error()}})
+			if len(got) == 0 {
+				got = append(got, Row{ID: w.id, Workload: "(see error)", Ratio: math.NaN(), Result: "failed", Notes: []string{err.Error()}})
+			}
 		}
 		rows = append(rows, got...)
 		if ctx.Err() != nil {

@@ -1,0 +1,165 @@
+package etcdstore
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/cairnstore/cairn/keys"
+)
+
+// The mirror file's decoders (mirror.go) on garbage: no panic; what they
+// accept re-encodes to the same bytes; a file they do not accept is
+// discarded, never used.
+
+func FuzzMirrorUnseal(f *testing.F) {
+	f.Add(sealed([]byte("record")))
+	f.Add(sealed(nil))
+	f.Add([]byte{1, 2, 3})
+	f.Add([]byte{0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		body, ok := unseal(b)
+		if !ok {
+			return
+		}
+		if !bytes.Equal(sealed(slices.Clone(body)), b) {
+			t.Fatalf("%x unseals into %x, which seals differently", b, body)
+		}
+	})
+}
+
+func FuzzMirrorDecodeKids(f *testing.F) {
+	f.Add(encodeKids([]string{"sandbox-files/a", "\x00Cxyz", ""}))
+	f.Add(encodeKids(nil))
+	f.Add(sealed([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}))
+	f.Add(sealed([]byte{5, 'a'}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ks, ok := decodeKids(b)
+		if !ok {
+			if ks != nil {
+				t.Fatalf("%x: refused, but %q returned", b, ks)
+			}
+			return
+		}
+		if !bytes.Equal(encodeKids(ks), b) {
+			t.Fatalf("%x decodes into %q, which encodes differently", b, ks)
+		}
+	})
+}
+
+// fuzzMirrorStore is a store with what OpenMirror and the file's load use
+// (prefix, layout, logger) and no client: the load reads the file only.
+func fuzzMirrorStore(prefix string) *Store {
+	return &Store{prefix: prefix, layout: keys.NewLayout(prefix), log: slog.New(slog.DiscardHandler)}
+}
+
+// FuzzMirrorLoad writes a mirror file of one header, one record and one
+// node's children, each from the fuzzer, and opens it: OpenMirror must not
+// panic or fail (a file it cannot use is discarded and rebuilt); a file it
+// uses must hold what it says: the record count the header gives, every
+// counted node's children, and reopening gives the same state.
+func FuzzMirrorLoad(f *testing.F) {
+	const prefix = "/fuzz/"
+	s := fuzzMirrorStore(prefix)
+	refs := s.layout.Refs()
+	root := keys.Digest{1, 2, 3}
+	recKey := append(slices.Clone(refs), keys.RootShard, 'k')
+	recVal := append([]byte{0}, root[:]...)
+	kidKey := []byte(nodeID(nodeRoot, root))
+	kids := []string{"sandbox-meta/sha256/" + string(bytes.Repeat([]byte{'a'}, 64))}
+	// A valid file's header, built as persist builds it.
+	m := &Mirror{s: s}
+	m.reset()
+	m.setRecord(change{}, string(recKey), recVal)
+	m.rev, m.cluster = 7, 9
+	h, _ := unseal(m.header())
+	kb, _ := unseal(encodeKids(kids))
+	// seal's bits seal the header, the record and the children with their
+	// checksum, as persist does, so that the fuzzer reaches what is parsed
+	// after the checksums without having to find them.
+	f.Add(byte(0), m.header(), recKey, sealed(recVal), kidKey, encodeKids(kids))
+	f.Add(byte(7), h, recKey, recVal, kidKey, kb)
+	f.Add(byte(7), h[:len(h)-1], recKey, recVal, kidKey, kb)
+	f.Add(byte(7), h, recKey, recVal[:5], kidKey, kb)
+	f.Add(byte(0), m.header(), recKey, sealed(recVal), kidKey, encodeKids(nil))
+	f.Add(byte(0), m.header(), recKey, recVal, kidKey, encodeKids(kids))
+	f.Add(byte(0), sealed([]byte{0, 0, 0, 1}), []byte("k"), sealed(nil), []byte("n"), sealed(nil))
+	f.Add(byte(0), []byte{}, []byte{}, []byte{}, []byte{}, []byte{})
+	ctx := context.Background()
+	f.Fuzz(func(t *testing.T, seal byte, header, rk, rv, kk, kv []byte) {
+		if seal&1 != 0 {
+			header = sealed(header)
+		}
+		if seal&2 != 0 {
+			rv = sealed(rv)
+		}
+		if seal&4 != 0 {
+			kv = sealed(kv)
+		}
+		path := filepath.Join(t.TempDir(), "mirror.db")
+		db, err := bolt.Open(path, 0o600, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fits := func(k []byte) bool { return len(k) > 0 && len(k) <= bolt.MaxKeySize }
+		err = db.Update(func(tx *bolt.Tx) error {
+			for _, e := range []struct {
+				bucket []byte
+				k, v   []byte
+			}{{mirrorMeta, []byte("header"), header}, {mirrorRecs, rk, rv}, {mirrorKids, kk, kv}} {
+				if !fits(e.k) {
+					continue
+				}
+				b, err := tx.CreateBucketIfNotExists(e.bucket)
+				if err != nil {
+					return err
+				}
+				if err := b.Put(e.k, e.v); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if cerr := db.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := s.OpenMirror(ctx, path)
+		if err != nil {
+			t.Fatalf("open: %v", err)
+		}
+		st, rev, n := m.Stats(), m.Revision(), m.Records()
+		if st.Discarded != "" {
+			if rev != 0 || n != 0 || len(m.counts) != 0 || len(m.kids) != 0 {
+				t.Fatalf("discarded (%s) but kept revision %d, %d records, %d counts", st.Discarded, rev, n, len(m.counts))
+			}
+		} else {
+			for k := range m.counts {
+				if _, ok := m.kids[k]; isNode(k) && !ok {
+					t.Fatalf("node %x counted without its children", k)
+				}
+			}
+		}
+		if err := m.Close(); err != nil {
+			t.Fatal(err)
+		}
+		// A discarded file was cleared: it opens empty and unused; a used one
+		// opens to the same state.
+		again, err := s.OpenMirror(ctx, path)
+		if err != nil {
+			t.Fatalf("reopen: %v", err)
+		}
+		defer again.Close()
+		if again.Stats().Discarded != "" || again.Revision() != rev || again.Records() != n {
+			t.Fatalf("reopened: discarded %q, revision %d, %d records; first open: discarded %q, revision %d, %d records",
+				again.Stats().Discarded, again.Revision(), again.Records(), st.Discarded, rev, n)
+		}
+	})
+}

@@ -1,0 +1,438 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/cairnstore/cairn"
+	"github.com/cairnstore/cairn/bucket"
+	"github.com/cairnstore/cairn/etcdstore"
+	"github.com/cairnstore/cairn/sweep"
+)
+
+const scalePrefix = "/cairn-bench/scale/"
+
+// scaleRun is one run of the scale harness (rows B16 to B18): kept
+// checkpoints of the capacity workload, then 1% churn, then sweeps, on one
+// etcd member and one counting bucket.
+type scaleRun struct {
+	cli     *clientv3.Client
+	tmp     string
+	latency time.Duration
+	logf    func(format string, args ...any)
+}
+
+// sweepFig is what one sweep cost.
+type sweepFig struct {
+	took, refsTook time.Duration
+	req            reqCounts
+	etcdRead       int64 // bytes etcd answered (unary responses and watch messages)
+	deleted        []string
+}
+
+// mirrorFig is what a restart's Sync cost.
+type mirrorFig struct {
+	took  time.Duration
+	req   reqCounts
+	stats etcdstore.MirrorStats
+}
+
+// scaleResult holds every figure of one run.
+type scaleResult struct {
+	kept, threads int
+	writeTook     time.Duration
+	// The churn: turns appended (each with a prune of the thread's oldest
+	// checkpoint), forks, threads deleted; the objects it created (blobs and
+	// the store's objects), and the bytes of its etcd write requests.
+	appended, forks, deletedThreads, removedKept int
+	created                                      int64
+	written                                      int64
+	cold, walk, steady, idle                     sweepFig
+	restart, compacted                           mirrorFig
+	heap                                         int64 // heap the mirror takes, loaded from its file
+	rss, hwm                                     int64 // the process's, at the end
+	file                                         int64 // the mirror file's size
+	bucketObjects                                int
+	bucketBytes                                  int64 // bytes of the objects ever created
+}
+
+// scaleTurn is one turn of thread th on ch: its new blobs (the files the turn
+// changed and one artifact) uploaded, then the append of the B11 checkpoint.
+func scaleTurn(ctx context.Context, b *countingBucket, ch *chain, th int) error {
+	files := b11Entries(th, ch.n)
+	art := fmt.Sprintf("scale-%d-%d", th, ch.n)
+	for i := range files {
+		if last := b11LastChange(i, ch.n); last == ch.n {
+			seed := fmt.Sprintf("thread%d-%d-turn%d", th, i, last)
+			if _, err := b.PutIfAbsent(ctx, files[i].BlobKey, []byte(seed)); err != nil {
+				return err
+			}
+		}
+	}
+	if _, err := b.PutIfAbsent(ctx, artifactKey(art), []byte(art)); err != nil {
+		return err
+	}
+	in := ch.next(nil, []string{artifactKey(art)}, b11Conversation(th, min(ch.n, b11Turns)))
+	in.Checkpoint.Files = files
+	return ch.append(ctx, in)
+}
+
+// scaleRepos uploads the repositories' files every thread starts from.
+func scaleRepos(ctx context.Context, b *countingBucket) error {
+	for repo := range b11Repos {
+		for i := range b11Files {
+			seed := fmt.Sprintf("repo%d-%d", repo, i)
+			if _, err := b.PutIfAbsent(ctx, fileKey(seed), []byte(seed)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// run writes n kept checkpoints and measures the sweeps over them.
+func (sr *scaleRun) run(ctx context.Context, n int) (*scaleResult, error) {
+	res := &scaleResult{threads: max(1, n/b11Turns)}
+	res.kept = res.threads * b11Turns
+	dir := filepath.Join(sr.tmp, fmt.Sprintf("scale-%d-objects", n))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	b := newCountingBucket(sr.latency, dir)
+	// A new bucket: the registry's marker first, as a deployment's first
+	// store or the sweeper's -bind writes it, so that the sweep finds the
+	// store's binding covered.
+	if err := bucket.MarkRegistry(ctx, b); err != nil {
+		return nil, err
+	}
+	open := func() (*etcdstore.Store, error) {
+		return etcdstore.New(sr.cli, scalePrefix, etcdstore.Options{Options: storeOptions, Objects: b})
+	}
+	store, err := open()
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+
+	// The kept checkpoints.
+	t0 := time.Now()
+	if err := scaleRepos(ctx, b); err != nil {
+		return nil, err
+	}
+	chains := make([]*chain, res.threads)
+	for th := range chains {
+		if chains[th], err = newChain(ctx, store, fmt.Sprintf("scale-%d", th)); err != nil {
+			return nil, err
+		}
+		for range b11Turns {
+			if err := scaleTurn(ctx, b, chains[th], th); err != nil {
+				return nil, err
+			}
+		}
+		if (th+1)%max(1, res.threads/10) == 0 {
+			sr.logf("scale %d: %d of %d threads written", n, th+1, res.threads)
+		}
+	}
+	res.writeTook = time.Since(t0)
+
+	// The first sweep with the mirror: its cold build.
+	path := filepath.Join(sr.tmp, fmt.Sprintf("scale-%d-mirror.db", n))
+	mstore, err := open()
+	if err != nil {
+		return nil, err
+	}
+	mirror, err := mstore.OpenMirror(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if mirror != nil {
+			mirror.Close()
+		}
+	}()
+	sweepWith := func(refs sweep.References, dry bool) (sweepFig, error) {
+		tctx, tl := withTally(ctx, true)
+		r0 := b.counts()
+		rep, err := sweep.Sweep(tctx, refs, b, sweep.Options{OlderThan: 0, DryRun: dry})
+		fig := sweepFig{took: rep.Duration, refsTook: rep.ReferencesDuration, req: b.counts().sub(r0), etcdRead: tl.received(), deleted: rep.Deleted}
+		if err != nil {
+			return fig, fmt.Errorf("sweep: %w", err)
+		}
+		return fig, nil
+	}
+	sr.logf("scale %d: first sweep (the mirror's cold build)", n)
+	if res.cold, err = sweepWith(mstore.WithMirror(mirror), false); err != nil {
+		return nil, err
+	}
+
+	// 1% churn: turns appended with a prune each, forks, deleted threads.
+	sr.logf("scale %d: churn", n)
+	wctx, wt := withTally(ctx, true)
+	created0 := b.created.Load()
+	ops := max(1, res.kept/100)
+	live := res.threads // threads from the end are deleted; the others get turns
+	for i := range ops {
+		switch {
+		case i%20 == 10 && live > 2:
+			live--
+			if _, err := store.DeleteThread(wctx, cairn.DeleteThreadInput{ThreadID: chains[live].thread, Writer: chains[live].writer}); err != nil {
+				return nil, fmt.Errorf("delete thread %s: %w", chains[live].thread, err)
+			}
+			res.deletedThreads++
+			res.removedKept += b11Turns
+		case i%20 == 5:
+			src := chains[i%live]
+			dst := fmt.Sprintf("scale-fork-%d", i)
+			l, err := store.AcquireWriter(wctx, dst)
+			if err != nil {
+				return nil, err
+			}
+			if _, err := store.ForkFromCheckpoint(wctx, cairn.ForkInput{SourceThreadID: src.thread, SourceCheckpointID: src.head,
+				DestinationThreadID: dst, DestinationCheckpointID: dst + "-root", CreatedAt: 1_800_000_000_000, Writer: l.Writer}); err != nil {
+				return nil, fmt.Errorf("fork %s: %w", dst, err)
+			}
+			l.Release(wctx) // the writer records are not the fork's
+			res.forks++
+		default:
+			th := i % live
+			if err := scaleTurn(wctx, b, chains[th], th); err != nil {
+				return nil, err
+			}
+			if _, err := store.DeleteCheckpoints(wctx, cairn.DeleteCheckpointsInput{ThreadID: chains[th].thread, Keep: b11Turns, Writer: chains[th].writer}); err != nil {
+				return nil, err
+			}
+			res.appended++
+			res.removedKept++
+		}
+	}
+	res.created = b.created.Load() - created0
+	res.written = wt.sentWrites()
+
+	// The full walk's verdict on the same data (a dry run on a fresh store:
+	// it changes nothing), then the steady-state sweep with the mirror.
+	sr.logf("scale %d: sweeps", n)
+	wstore, err := open()
+	if err != nil {
+		return nil, err
+	}
+	res.walk, err = sweepWith(wstore, true)
+	wstore.Close()
+	if err != nil {
+		return nil, fmt.Errorf("the full walk's dry run: %w", err)
+	}
+	if res.steady, err = sweepWith(mstore.WithMirror(mirror), false); err != nil {
+		return nil, err
+	}
+	if !slices.Equal(res.steady.deleted, res.walk.deleted) {
+		return res, fmt.Errorf("the sweep with the mirror deleted %d keys, the full walk finds %d garbage (first differing: %s)",
+			len(res.steady.deleted), len(res.walk.deleted), firstDiff(res.steady.deleted, res.walk.deleted))
+	}
+	if res.idle, err = sweepWith(mstore.WithMirror(mirror), false); err != nil {
+		return nil, err
+	}
+	if len(res.idle.deleted) != 0 {
+		return res, fmt.Errorf("a sweep with nothing changed deleted %d keys", len(res.idle.deleted))
+	}
+	mstore.Close()
+
+	// Restarts: with the file intact, then after a compaction past its
+	// revision (one more turn in between). The heap the mirror takes is
+	// measured on the first: it reads no object, so no cache grows.
+	restart := func(measure bool) (mirrorFig, error) {
+		mirror.Close()
+		mirror = nil
+		var ms runtime.MemStats
+		if measure {
+			runtime.GC()
+			runtime.ReadMemStats(&ms)
+		}
+		before := int64(ms.HeapAlloc)
+		s, err := open()
+		if err != nil {
+			return mirrorFig{}, err
+		}
+		defer s.Close()
+		m, err := s.OpenMirror(ctx, path)
+		if err != nil {
+			return mirrorFig{}, err
+		}
+		mirror = m
+		r0 := b.counts()
+		t := time.Now()
+		_, err = m.Sync(ctx)
+		fig := mirrorFig{took: time.Since(t), req: b.counts().sub(r0), stats: m.Stats()}
+		if measure {
+			runtime.GC()
+			runtime.ReadMemStats(&ms)
+			res.heap = int64(ms.HeapAlloc) - before
+		}
+		return fig, err
+	}
+	sr.logf("scale %d: restarts", n)
+	if res.restart, err = restart(true); err != nil {
+		return nil, err
+	}
+	if err := scaleTurn(ctx, b, chains[0], 0); err != nil {
+		return nil, err
+	}
+	resp, err := sr.cli.Get(ctx, "\x00")
+	if err != nil {
+		return nil, err
+	}
+	if _, err := sr.cli.Compact(ctx, resp.Header.Revision); err != nil {
+		return nil, err
+	}
+	if res.compacted, err = restart(false); err != nil {
+		return nil, err
+	}
+	// The mirror after all this equals a full walk at its revision.
+	cstore, err := open()
+	if err != nil {
+		return nil, err
+	}
+	defer cstore.Close()
+	if err := cstore.WithMirror(mirror).Check(ctx); err != nil {
+		return res, fmt.Errorf("the full run's comparison: %w", err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	res.file = fi.Size()
+	res.rss, res.hwm = procMemory()
+	res.bucketObjects = b.mem.Len()
+	res.bucketBytes = b.createdBytes.Load()
+	res.bucketBytes = b.createdBytes.Load()
+	return res, nil
+}
+
+// firstDiff returns the first key in one sorted list and not the other.
+func firstDiff(a, b []string) string {
+	for i := 0; i < len(a) || i < len(b); i++ {
+		switch {
+		case i >= len(a):
+			return b[i]
+		case i >= len(b) || a[i] != b[i]:
+			return a[i]
+		}
+	}
+	return "(none)"
+}
+
+// procMemory returns the process's resident set and its peak (VmRSS and
+// VmHWM of /proc/self/status), or zeros where that file does not exist.
+func procMemory() (rss, hwm int64) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			continue
+		}
+		v, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			continue
+		}
+		switch f[0] {
+		case "VmRSS:":
+			rss = v << 10
+		case "VmHWM:":
+			hwm = v << 10
+		}
+	}
+	return rss, hwm
+}
+
+// lost is the denominator of the read target: the objects created since the
+// last sweep and those that lost their last reference (the full walk's
+// garbage).
+func (r *scaleResult) lost() int64 { return int64(len(r.walk.deleted)) }
+
+// readRatio is the steady sweep's object reads over created + lost.
+func (r *scaleResult) readRatio() float64 {
+	return float64(r.steady.req.reads()) / float64(max(1, r.created+r.lost()))
+}
+
+// etcdRatio is the steady sweep's etcd bytes read over the bytes written.
+func (r *scaleResult) etcdRatio() float64 {
+	return float64(r.steady.etcdRead) / float64(max(1, r.written))
+}
+
+// timeRatio is the steady sweep's time over the full walk's.
+func (r *scaleResult) timeRatio() float64 {
+	return float64(r.steady.took) / float64(max(1, r.walk.took))
+}
+
+// table prints the figures of each run, one line each.
+func scaleTable(rs []*scaleResult) string {
+	var b strings.Builder
+	fmt.Fprintln(&b, "| kept | write | first sweep (cold build): time, reads | churn (turns+prunes, forks, threads deleted) | created + lost | steady sweep: time, reads, LIST, etcd read / written | full walk: time, reads, LIST | nothing changed: time, reads | restart: time, reads, ranges | compacted: reads, ranges | mirror heap / ckpt | file / ckpt | RSS (peak) |")
+	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, r := range rs {
+		fmt.Fprintf(&b, "| %s | %s | %s, %s | %d, %d, %d | %s + %s | %s, %s (%.2f×), %s, %s / %s (%.2f×) | %s, %s, %s | %s, %s | %s, %s, %d | %s, %d | %s | %s | %s (%s) |\n",
+			fmtInt(int64(r.kept)), fmtDur(r.writeTook), fmtDur(r.cold.took), fmtInt(r.cold.req.reads()), r.appended, r.forks, r.deletedThreads,
+			fmtInt(r.created), fmtInt(r.lost()),
+			fmtDur(r.steady.took), fmtInt(r.steady.req.reads()), r.readRatio(), fmtInt(r.steady.req[reqList]), fmtBytes(r.steady.etcdRead), fmtBytes(r.written), r.etcdRatio(),
+			fmtDur(r.walk.took), fmtInt(r.walk.req.reads()), fmtInt(r.walk.req[reqList]),
+			fmtDur(r.idle.took), fmtInt(r.idle.req.reads()),
+			fmtDur(r.restart.took), fmtInt(r.restart.req.reads()), r.restart.stats.Relists,
+			fmtInt(r.compacted.req.reads()), r.compacted.stats.Relists,
+			fmtBytes(r.heap/int64(r.kept)), fmtBytes(r.file/int64(r.kept)), fmtBytes(r.rss), fmtBytes(r.hwm))
+	}
+	return b.String()
+}
+
+// fitLine fits y = a + b·x by least squares; with one point it returns the
+// line through the origin.
+func fitLine(xs, ys []float64) (a, b float64) {
+	if len(xs) == 1 {
+		return 0, ys[0] / xs[0]
+	}
+	var sx, sy, sxx, sxy float64
+	for i := range xs {
+		sx += xs[i]
+		sy += ys[i]
+		sxx += xs[i] * xs[i]
+		sxy += xs[i] * ys[i]
+	}
+	n := float64(len(xs))
+	b = (n*sxy - sx*sy) / (n*sxx - sx*sx)
+	return (sy - b*sx) / n, b
+}
+
+// scaleFit is the extrapolation to 10^6 kept checkpoints of the fits over the
+// runs.
+type scaleFit struct {
+	heap, file, steady, walk float64 // at 10^6: bytes, bytes, seconds, seconds
+	over                     string  // the sizes fitted
+}
+
+func fitScale(rs []*scaleResult) scaleFit {
+	var xs, heap, file, steady, walk []float64
+	var over []string
+	for _, r := range rs {
+		xs = append(xs, float64(r.kept))
+		heap = append(heap, float64(r.heap))
+		file = append(file, float64(r.file))
+		steady = append(steady, r.steady.took.Seconds())
+		walk = append(walk, r.walk.took.Seconds())
+		over = append(over, fmtInt(int64(r.kept)))
+	}
+	at := func(ys []float64) float64 {
+		a, b := fitLine(xs, ys)
+		return a + b*1e6
+	}
+	return scaleFit{heap: at(heap), file: at(file), steady: at(steady), walk: at(walk), over: strings.Join(over, ", ")}
+}
