@@ -212,7 +212,7 @@ test: lint tools $(TESTSUM)
 	@echo "building the fuzzing test binaries at nice 19 beside the unit tests (log: $(RESULTS)/fuzz-build.log)"
 	@FUZZWORK=$(FUZZWORK) GO=$(GO) nice -n 19 bash scripts/fuzz.sh build >$(RESULTS)/fuzz-build.log 2>&1 & fb=$$!; \
 	  s=0; ( $(run-unit) ) || s=$$?; wait $$fb || true; \
-	  if [ $$s = 0 ]; then ( export FUZZWORK=$(FUZZWORK); $(run-fuzz) ) && $(MAKE) --no-print-directory ts || s=$$?; fi; \
+	  if [ $$s = 0 ]; then ( export FUZZWORK=$(FUZZWORK); $(run-fuzz) ) && $(MAKE) --no-print-directory ts && $(MAKE) --no-print-directory bench-scale || s=$$?; fi; \
 	  $(TESTSUM) -summary $(RESULTS)/unit.json $(RESULTS)/fuzz.json; exit $$s
 
 ## demo: the quickstart on an embedded etcd and a local S3 server (nothing
