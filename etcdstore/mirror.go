@@ -72,9 +72,13 @@ type Mirror struct {
 	// Changes since the last persist.
 	dirtyRecs map[string]bool
 	dirtyKids map[string]bool
-	// zeroed are the bucket keys whose count fell to zero since Zeroed was
-	// last called.
-	zeroed map[string]bool
+	// zeroed are the bucket keys whose count fell to zero and that no sweep
+	// has settled yet (Settle), each with the revision of the sync that saw
+	// it fall (an upper bound of the revision at which it fell). They are
+	// persisted with the revision, in the same transaction, so that a crash
+	// or a restart loses none.
+	zeroed    map[string]int64
+	dirtyZero map[string]bool
 
 	stats  MirrorStats
 	broken mirrorFault
@@ -105,6 +109,9 @@ type mirrorFault struct {
 	trustStale bool // on a compacted watch, resume from the current revision without the range read
 	forkShort  bool // a root record naming an already-live root does not count it
 	skipSync   bool // Mirrored.ReadBlobGC decides on the mirror as it stands
+	// forgetZeroed does not write the zeroed keys to the file: a restart
+	// loses them.
+	forgetZeroed bool
 }
 
 // ErrMirror: the mirror cannot be used (its file cannot be opened or written).
@@ -122,6 +129,7 @@ var (
 	mirrorMeta = []byte("meta")
 	mirrorRecs = []byte("recs")
 	mirrorKids = []byte("kids")
+	mirrorZero = []byte("zero")
 	castagnoli = crc32.MakeTable(crc32.Castagnoli)
 	ecma       = crc64.MakeTable(crc64.ECMA)
 )
@@ -162,7 +170,7 @@ func (s *Store) OpenMirror(ctx context.Context, path string) (*Mirror, error) {
 		m.s.log.Warn("etcdstore: mirror file discarded; the next sync rebuilds it", "path", path, "reason", why)
 		m.reset()
 		if err := m.db.Update(func(tx *bolt.Tx) error {
-			for _, b := range [][]byte{mirrorMeta, mirrorRecs, mirrorKids} {
+			for _, b := range [][]byte{mirrorMeta, mirrorRecs, mirrorKids, mirrorZero} {
 				if tx.Bucket(b) != nil {
 					if err := tx.DeleteBucket(b); err != nil {
 						return err
@@ -205,9 +213,12 @@ func (m *Mirror) Discard() error {
 	for k := range m.kids {
 		m.dirtyKids[k] = true
 	}
-	dr, dk := m.dirtyRecs, m.dirtyKids
+	for k := range m.zeroed {
+		m.dirtyZero[k] = true
+	}
+	dr, dk, dz := m.dirtyRecs, m.dirtyKids, m.dirtyZero
 	m.reset()
-	m.dirtyRecs, m.dirtyKids = dr, dk
+	m.dirtyRecs, m.dirtyKids, m.dirtyZero = dr, dk, dz
 	return m.persist()
 }
 
@@ -220,7 +231,8 @@ func (m *Mirror) reset() {
 	m.parts = map[keys.Digest]objPart{}
 	m.dirtyRecs = map[string]bool{}
 	m.dirtyKids = map[string]bool{}
-	m.zeroed = map[string]bool{}
+	m.zeroed = map[string]int64{}
+	m.dirtyZero = map[string]bool{}
 }
 
 // Live calls fn for every bucket key the mirror counts as referenced, in key
@@ -244,8 +256,10 @@ func (m *Mirror) Live(fn func(cairn.BlobReference) error) error {
 // Referenced reports whether the mirror counts key as referenced.
 func (m *Mirror) Referenced(key string) bool { return m.counts[key] > 0 }
 
-// Zeroed returns, sorted, the bucket keys whose count fell to zero since the
-// last call (and are still at zero): the incremental sweep's candidates.
+// Zeroed returns, sorted, the bucket keys whose count fell to zero and that
+// no Settle has settled since (and are still at zero): the incremental
+// sweep's candidates. They survive a restart with the file intact: they are
+// written with the revision that saw them, in one transaction.
 func (m *Mirror) Zeroed() []string {
 	var out []string
 	for k := range m.zeroed {
@@ -253,9 +267,27 @@ func (m *Mirror) Zeroed() []string {
 			out = append(out, k)
 		}
 	}
-	m.zeroed = map[string]bool{}
 	slices.Sort(out)
 	return out
+}
+
+// Settle forgets the zeroed keys among keys that a sweep has decided on with
+// a read at revision rev (each was found referenced, claimed, with a GC
+// record, or absent from the bucket): those whose count fell to zero at a
+// sync that reached rev at the latest. A key seen falling to zero by a later
+// sync is kept, since the sweep's read may predate that fall. It persists
+// the change. Errors: the file could not be written (ErrMirror).
+func (m *Mirror) Settle(keys []string, rev int64) error {
+	for _, k := range keys {
+		if at, ok := m.zeroed[k]; ok && at <= rev {
+			delete(m.zeroed, k)
+			m.dirtyZero[k] = true
+		}
+	}
+	if len(m.dirtyZero) == 0 {
+		return nil
+	}
+	return m.persistSettled()
 }
 
 // name returns the interned copy of k.
@@ -479,7 +511,8 @@ func (m *Mirror) apply(ctx context.Context, ch change) error {
 			delete(m.kids, k)
 			m.dirtyKids[k] = true
 		} else {
-			m.zeroed[k] = true
+			m.zeroed[k] = m.rev
+			m.dirtyZero[k] = true
 		}
 	}
 	return nil
@@ -749,13 +782,14 @@ func (m *Mirror) persist() error {
 	defer func() {
 		m.dirtyRecs = map[string]bool{}
 		m.dirtyKids = map[string]bool{}
+		m.dirtyZero = map[string]bool{}
 	}()
 	if m.db == nil {
 		return nil
 	}
 	err := m.db.Update(func(tx *bolt.Tx) error {
-		bs := make([]*bolt.Bucket, 3)
-		for i, name := range [][]byte{mirrorMeta, mirrorRecs, mirrorKids} {
+		bs := make([]*bolt.Bucket, 4)
+		for i, name := range [][]byte{mirrorMeta, mirrorRecs, mirrorKids, mirrorZero} {
 			b, err := tx.CreateBucketIfNotExists(name)
 			if err != nil {
 				return err
@@ -787,7 +821,48 @@ func (m *Mirror) persist() error {
 				return err
 			}
 		}
+		if err := m.writeZeroed(bs[3]); err != nil {
+			return err
+		}
 		return bs[0].Put([]byte("header"), m.header())
+	})
+	if err != nil {
+		return fmt.Errorf("%w: write %s: %w", ErrMirror, m.path, err)
+	}
+	return nil
+}
+
+// writeZeroed writes the changed zeroed keys into b.
+func (m *Mirror) writeZeroed(b *bolt.Bucket) error {
+	if m.broken.forgetZeroed {
+		return nil
+	}
+	for k := range m.dirtyZero {
+		var err error
+		if at, ok := m.zeroed[k]; ok {
+			err = b.Put([]byte(k), sealed(binary.BigEndian.AppendUint64(nil, uint64(at))))
+		} else {
+			err = b.Delete([]byte(k))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// persistSettled writes the zeroed keys that Settle removed.
+func (m *Mirror) persistSettled() error {
+	defer func() { m.dirtyZero = map[string]bool{} }()
+	if m.db == nil {
+		return nil
+	}
+	err := m.db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists(mirrorZero)
+		if err != nil {
+			return err
+		}
+		return m.writeZeroed(b)
 	})
 	if err != nil {
 		return fmt.Errorf("%w: write %s: %w", ErrMirror, m.path, err)
@@ -860,6 +935,19 @@ func (m *Mirror) load() string {
 					ks[j] = m.name(c)
 				}
 				m.kids[m.name(string(k))] = ks
+				return nil
+			}); err != nil {
+				why = err.Error()
+				return nil
+			}
+		}
+		if zero := tx.Bucket(mirrorZero); zero != nil {
+			if err := zero.ForEach(func(k, v []byte) error {
+				b, ok := unseal(v)
+				if !ok || len(b) != 8 {
+					return errors.New("zeroed key checksum")
+				}
+				m.zeroed[string(k)] = int64(binary.BigEndian.Uint64(b))
 				return nil
 			}); err != nil {
 				why = err.Error()

@@ -578,3 +578,105 @@ func TestMirroredSweepSyncs(t *testing.T) {
 		})
 	}
 }
+
+// live returns the keys the mirror counts, after a sync.
+func (b *mirrorBed) live() map[string]bool {
+	b.e.t.Helper()
+	if _, err := b.m.Sync(b.e.ctx); err != nil {
+		b.e.t.Fatal(err)
+	}
+	out := map[string]bool{}
+	_ = b.m.Live(func(r cairn.BlobReference) error {
+		out[r.Key] = true
+		return nil
+	})
+	return out
+}
+
+// zeroedAcrossRestart appends to a few threads, syncs, prunes and deletes a
+// thread, syncs, restarts the mirror from its file, and returns the keys that
+// lost their last reference and the zeroed keys after the restart.
+func zeroedAcrossRestart(t *testing.T, fault mirrorFault) (lost, zeroed []string, b *mirrorBed) {
+	t.Helper()
+	b = newMirrorBed(t, 8, fault)
+	ctx := b.e.ctx
+	for i := range 12 {
+		name := fmt.Sprintf("z%d", i%3)
+		s := b.small
+		if i%4 == 0 {
+			s = b.large
+		}
+		th := b.thread(s, name)
+		c := b.checkpoint(name, th)
+		if _, err := s.Append(ctx, cairn.AppendInput{Checkpoint: c, ExpectedHeadID: c.ParentCheckpointID, Writer: th.w}); err != nil {
+			t.Fatal(err)
+		}
+		th.head = &c
+	}
+	before := b.live()
+	for _, name := range []string{"z0", "z1"} {
+		if _, err := b.small.DeleteCheckpoints(ctx, cairn.DeleteCheckpointsInput{ThreadID: name, Keep: 1, Writer: b.threads[name].w}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b.small.DeleteThread(ctx, cairn.DeleteThreadInput{ThreadID: "z2", Writer: b.threads["z2"].w}); err != nil {
+		t.Fatal(err)
+	}
+	after := b.live()
+	for k := range before {
+		if !after[k] {
+			lost = append(lost, k)
+		}
+	}
+	slices.Sort(lost)
+	b.restart()
+	if st := b.m.Stats(); st.Discarded != "" {
+		t.Fatalf("an intact file was discarded: %s", st.Discarded)
+	}
+	return lost, b.m.Zeroed(), b
+}
+
+// TestMirrorZeroedSurvivesRestart: the keys whose count fell to zero are
+// kept in the file with the revision until a sweep settles them, so a
+// restart loses none; Settle forgets only keys zeroed at or before the
+// sweep's read. A mirror that does not persist them is caught.
+func TestMirrorZeroedSurvivesRestart(t *testing.T) {
+	lost, zeroed, b := zeroedAcrossRestart(t, mirrorFault{})
+	if len(lost) == 0 {
+		t.Fatal("the bed made no garbage")
+	}
+	if !slices.Equal(zeroed, lost) {
+		t.Fatalf("after a restart the mirror has %d zeroed keys, %d keys lost their last reference", len(zeroed), len(lost))
+	}
+	rev := b.m.Revision()
+	// A sweep whose read predates the fall settles nothing.
+	if err := b.m.Settle(zeroed, rev-1); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.m.Zeroed(); !slices.Equal(got, lost) {
+		t.Fatalf("a settle at an older revision forgot %d keys", len(lost)-len(got))
+	}
+	half := zeroed[:len(zeroed)/2]
+	if err := b.m.Settle(half, rev); err != nil {
+		t.Fatal(err)
+	}
+	b.restart()
+	if got, want := b.m.Zeroed(), zeroed[len(zeroed)/2:]; !slices.Equal(got, want) {
+		t.Fatalf("after settling half and a restart: %d zeroed keys, want %d", len(got), len(want))
+	}
+	if err := b.m.Discard(); err != nil {
+		t.Fatal(err)
+	}
+	b.restart()
+	if got := b.m.Zeroed(); len(got) != 0 {
+		t.Fatalf("a discarded mirror kept %d zeroed keys", len(got))
+	}
+
+	t.Run("broken: zeroed keys not persisted", func(t *testing.T) {
+		lost, zeroed, _ := zeroedAcrossRestart(t, mirrorFault{forgetZeroed: true})
+		if slices.Equal(zeroed, lost) {
+			t.Fatal("the broken mirror was not caught")
+		}
+		t.Logf("caught: %d of %d keys that lost their last reference were forgotten by a restart", len(lost)-len(zeroed), len(lost))
+	})
+}
