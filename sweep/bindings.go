@@ -108,7 +108,7 @@ func (s *sweeper) checkBindings(ctx context.Context) error {
 		}
 		s.marker = key
 	}
-	bound, err := bucket.Bindings(ctx, s.blobs)
+	bound, err := bucket.Bindings(ctx, countingLister{l: s.blobs, n: &s.rep.BindingListRequests})
 	if err != nil {
 		return wrap(err, "sweep: list the bucket's bindings (nothing deleted)")
 	}

@@ -144,6 +144,12 @@ type Report struct {
 	// ListedBytes their total size.
 	Listed      int   `json:"listed"`
 	ListedBytes int64 `json:"listedBytes"`
+	// ListRequests is the number of LIST requests the sweep sent for the
+	// swept prefixes (one per page, Options.PageSize keys a page), and
+	// BindingListRequests those for the bucket's bindings (one page for up
+	// to 1000 bindings). On R2 and S3 each is a billed Class A request.
+	ListRequests        int `json:"listRequests"`
+	BindingListRequests int `json:"bindingListRequests"`
 	// Young is the number of listed keys kept because they are not older
 	// than OlderThan, or have no upload time.
 	Young int `json:"young"`
@@ -220,6 +226,8 @@ func (r Report) LogValue() slog.Value {
 		slog.Time("cutoff", r.Cutoff),
 		slog.Int("listed", r.Listed),
 		slog.Int64("listed_bytes", r.ListedBytes),
+		slog.Int("list_requests", r.ListRequests),
+		slog.Int("binding_list_requests", r.BindingListRequests),
 		slog.Int("young", r.Young),
 		slog.Int("references", r.References),
 		slog.Int("referenced", r.Referenced),
@@ -422,8 +430,9 @@ func (s *sweeper) finish(ctx context.Context, deletes func() error) error {
 // and without repeats.
 func (s *sweeper) list(ctx context.Context) ([]candidate, error) {
 	var cands []candidate
+	lister := countingLister{l: s.blobs, n: &s.rep.ListRequests}
 	for _, prefix := range s.prefixes() {
-		for o, err := range bucket.Objects(ctx, s.blobs, prefix, s.opts.PageSize) {
+		for o, err := range bucket.Objects(ctx, lister, prefix, s.opts.PageSize) {
 			if err != nil {
 				return nil, wrap(err, "sweep: list %q (nothing deleted)", prefix)
 			}
@@ -450,6 +459,17 @@ func (s *sweeper) list(ctx context.Context) ([]candidate, error) {
 	slices.SortFunc(cands, func(a, b candidate) int { return strings.Compare(a.key, b.key) })
 	cands = slices.CompactFunc(cands, func(a, b candidate) bool { return a.key == b.key })
 	return cands, nil
+}
+
+// countingLister counts the List requests it passes on.
+type countingLister struct {
+	l bucket.Lister
+	n *int
+}
+
+func (c countingLister) List(ctx context.Context, prefix, token string, limit int) (bucket.Page, error) {
+	*c.n++
+	return c.l.List(ctx, prefix, token, limit)
 }
 
 // markReferenced reads the store's references and marks the candidates they

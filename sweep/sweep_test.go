@@ -430,3 +430,37 @@ func TestReportJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestSweepCountsListRequests: the report counts the LIST requests of the
+// swept prefixes, one per page, and those of the bindings, as the bucket
+// received them.
+func TestSweepCountsListRequests(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		objects  int
+		pageSize int
+		want     int // LIST requests of the two prefixes
+	}{
+		{"EmptyBucket", 0, 10, 2},
+		{"OnePageEach", 5, 10, 2},
+		{"SeveralPages", 25, 10, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ev := &events{}
+			blobs := &fakeBlobs{Memory: stage(t, manyObjects(tc.objects, 2*time.Hour)), ev: ev}
+			rep, err := sweep.Sweep(t.Context(), &walkerRefs{fakeRefs: fakeRefs{ev: ev}}, blobs, sweep.Options{OlderThan: time.Hour, PageSize: tc.pageSize, DryRun: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.ListRequests != tc.want {
+				t.Errorf("ListRequests = %d, want %d", rep.ListRequests, tc.want)
+			}
+			if got := ev.count("list sandbox-"); got != rep.ListRequests {
+				t.Errorf("the bucket received %d LIST requests of the swept prefixes, the report says %d", got, rep.ListRequests)
+			}
+			if got := ev.count("list " + bucket.BindingPrefix); got != rep.BindingListRequests || got != 1 {
+				t.Errorf("the bucket received %d LIST requests of the bindings, the report says %d", got, rep.BindingListRequests)
+			}
+		})
+	}
+}

@@ -40,6 +40,7 @@ type Metrics struct {
 	lockHeld           prometheus.Gauge
 	bucketBlobs        prometheus.Gauge
 	bucketBytes        prometheus.Gauge
+	listRequests       *prometheus.CounterVec
 	unreferenced       prometheus.Gauge
 	references         prometheus.Gauge
 	verifyProblems     prometheus.Gauge
@@ -92,6 +93,8 @@ func NewMetrics(dryRun bool) *Metrics {
 			"Blobs listed under the blob prefixes by the last sweep, before it deleted."))),
 		bucketBytes: prometheus.NewGauge(prometheus.GaugeOpts(f("bucket_blob_bytes",
 			"Total size of the blobs listed by the last sweep, before it deleted."))),
+		listRequests: prometheus.NewCounterVec(prometheus.CounterOpts(f("list_requests_total",
+			"LIST requests the sweeps sent to the bucket, by what they listed: objects (the swept prefixes, one request a page) or bindings.")), []string{"listing"}),
 		unreferenced: prometheus.NewGauge(prometheus.GaugeOpts(f("unreferenced_blobs",
 			"Blobs the last sweep found old enough and unreferenced."))),
 		references: prometheus.NewGauge(prometheus.GaugeOpts(f("referenced_blob_keys",
@@ -136,7 +139,7 @@ func NewMetrics(dryRun bool) *Metrics {
 	m.policyBusy = pol("policy_busy_threads_skipped_total", "Threads the policy skipped because a writer held them.")
 	r.MustRegister(m.policyCheckpoints, m.policyThreads, m.policyBlobs, m.policyBytes, m.policyProtected, m.policyBusy)
 	r.MustRegister(m.runs, m.deleted, m.freed, m.deleteFailures, m.pruned, m.duration, m.lastSuccess, m.lastRun,
-		m.dryRun, m.lockHeld, m.bucketBlobs, m.bucketBytes, m.unreferenced, m.references, m.verifyProblems,
+		m.dryRun, m.lockHeld, m.bucketBlobs, m.bucketBytes, m.listRequests, m.unreferenced, m.references, m.verifyProblems,
 		m.verifyRepaired, m.busyThreadsSkipped, m.marked, m.aborted, m.claimed, m.unsettled, m.waitingCandidates, m.uncovered,
 		m.mirrorMismatches, m.mirrorRevision, m.mirrorRebuilds, m.mirrorRestarts, m.mirrorObjectReads)
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -228,6 +231,8 @@ func (m *Metrics) observe(rep RunReport, err error) {
 		m.deleteFailures.Add(float64(len(rep.Sweep.Failed)))
 		m.bucketBlobs.Set(float64(rep.Sweep.Listed))
 		m.bucketBytes.Set(float64(rep.Sweep.ListedBytes))
+		m.listRequests.WithLabelValues("objects").Add(float64(rep.Sweep.ListRequests))
+		m.listRequests.WithLabelValues("bindings").Add(float64(rep.Sweep.BindingListRequests))
 		m.unreferenced.Set(float64(rep.Sweep.Candidates))
 		m.references.Set(float64(rep.Sweep.References))
 		m.marked.Add(float64(rep.Sweep.Marked))

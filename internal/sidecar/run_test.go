@@ -479,6 +479,11 @@ func TestRun(t *testing.T) {
 		}
 		equal(t, "interrupted runs", gauge(t, m, `runs_total{result="interrupted"}`), 1)
 		equal(t, "deleted_blobs_total", gauge(t, m, "deleted_blobs_total"), 2)
+		equal(t, "list_requests_total of objects", gauge(t, m, `list_requests_total{listing="objects"}`), float64(rep.Sweep.ListRequests))
+		equal(t, "list_requests_total of bindings", gauge(t, m, `list_requests_total{listing="bindings"}`), float64(rep.Sweep.BindingListRequests))
+		if rep.Sweep.ListRequests == 0 || rep.Sweep.BindingListRequests == 0 {
+			t.Errorf("a listing sweep reported %d LIST requests of objects, %d of bindings", rep.Sweep.ListRequests, rep.Sweep.BindingListRequests)
+		}
 	})
 
 	t.Run("StopBeforeThePrune", func(t *testing.T) {
