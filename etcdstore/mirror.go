@@ -72,12 +72,19 @@ type Mirror struct {
 	// Changes since the last persist.
 	dirtyRecs map[string]bool
 	dirtyKids map[string]bool
-	// zeroed are the bucket keys whose count fell to zero and that no sweep
-	// has settled yet (Settle), each with the revision of the sync that saw
-	// it fall (an upper bound of the revision at which it fell). They are
-	// persisted with the revision, in the same transaction, so that a crash
-	// or a restart loses none.
-	zeroed    map[string]int64
+	// zeroed are the bucket keys that may have become garbage and that no
+	// sweep has settled yet (Settle): those whose count fell to zero, and
+	// those whose claim key was deleted (a claim that ended, used or not),
+	// each with the revision of the sync that saw it (an upper bound of the
+	// revision at which it happened). They are persisted with the revision,
+	// in the same transaction, so that a crash or a restart loses none.
+	zeroed map[string]int64
+	// gap is the revision of the last range read (a rebuild or a compacted
+	// watch): the falls and ended claims before it were not seen one by one,
+	// so zeroed is complete only for those after it.
+	gap int64
+	// ended are the keys whose claims ended during the current sync.
+	ended     []string
 	dirtyZero map[string]bool
 
 	stats  MirrorStats
@@ -123,7 +130,7 @@ const mirrorLockWait = 5 * time.Second
 
 // mirrorFormat is the version of the mirror file's format; a file of another
 // version is discarded and rebuilt.
-const mirrorFormat = 1
+const mirrorFormat = 2
 
 var (
 	mirrorMeta = []byte("meta")
@@ -223,7 +230,7 @@ func (m *Mirror) Discard() error {
 }
 
 func (m *Mirror) reset() {
-	m.rev, m.cluster, m.sum = 0, 0, 0
+	m.rev, m.cluster, m.sum, m.gap = 0, 0, 0, 0
 	m.recs = map[string][]byte{}
 	m.kids = map[string][]string{}
 	m.counts = map[string]int{}
@@ -233,6 +240,7 @@ func (m *Mirror) reset() {
 	m.dirtyKids = map[string]bool{}
 	m.zeroed = map[string]int64{}
 	m.dirtyZero = map[string]bool{}
+	m.ended = nil
 }
 
 // Live calls fn for every bucket key the mirror counts as referenced, in key
@@ -256,10 +264,12 @@ func (m *Mirror) Live(fn func(cairn.BlobReference) error) error {
 // Referenced reports whether the mirror counts key as referenced.
 func (m *Mirror) Referenced(key string) bool { return m.counts[key] > 0 }
 
-// Zeroed returns, sorted, the bucket keys whose count fell to zero and that
-// no Settle has settled since (and are still at zero): the incremental
-// sweep's candidates. They survive a restart with the file intact: they are
-// written with the revision that saw them, in one transaction.
+// Zeroed returns, sorted, the bucket keys whose count fell to zero, or whose
+// claim ended, that no Settle has settled since, and that are unreferenced
+// now: the incremental sweep's candidates. They survive a restart with the
+// file intact: they are written with the revision that saw them, in one
+// transaction. They are every such key since the revision WatchedSince
+// returns; earlier ones only a listing of the bucket finds.
 func (m *Mirror) Zeroed() []string {
 	var out []string
 	for k := range m.zeroed {
@@ -270,6 +280,12 @@ func (m *Mirror) Zeroed() []string {
 	slices.Sort(out)
 	return out
 }
+
+// WatchedSince returns the revision of the mirror's last range read (its
+// build, or a watch that found its revision compacted): every reference
+// count that fell to zero and every claim that ended after it is in Zeroed
+// until settled; before it, they were not seen one by one.
+func (m *Mirror) WatchedSince() int64 { return m.gap }
 
 // Settle forgets the zeroed keys among keys that a sweep has decided on with
 // a read at revision rev (each was found referenced, claimed, with a GC
@@ -491,6 +507,11 @@ func (m *Mirror) apply(ctx context.Context, ch change) error {
 	if err := m.add(ctx, adds); err != nil {
 		return err
 	}
+	for _, k := range m.ended {
+		m.zeroed[k] = m.rev
+		m.dirtyZero[k] = true
+	}
+	m.ended = nil
 	for len(dels) > 0 {
 		k := dels[len(dels)-1]
 		dels = dels[:len(dels)-1]
@@ -640,7 +661,7 @@ func (m *Mirror) relist(ctx context.Context, ch change, rev int64) error {
 			m.setRecord(ch, k, nil)
 		}
 	}
-	m.rev = rev
+	m.rev, m.gap = rev, rev
 	return nil
 }
 
@@ -659,7 +680,11 @@ func recValue(kv *mvccpb.KeyValue) []byte {
 func (m *Mirror) follow(ctx context.Context, ch change, target int64) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	wch := m.s.client.Watch(wctx, string(m.s.layout.Refs()), clientv3.WithPrefix(),
+	// The claims (P q) and the reference records (P r) are adjacent: one
+	// watch of [P q, P s) follows both at one revision.
+	claims, refs := m.s.layout.Claims(), m.s.layout.Refs()
+	end := append(bytes.Clone(refs[:len(refs)-1]), refs[len(refs)-1]+1)
+	wch := m.s.client.Watch(wctx, string(claims), clientv3.WithRange(string(end)),
 		clientv3.WithRev(m.rev+1), clientv3.WithProgressNotify())
 	// etcd answers a progress request only once the watcher has caught up
 	// (and drops it before), so the request is repeated until the watch
@@ -708,6 +733,19 @@ func (m *Mirror) follow(ctx context.Context, ch change, target int64) error {
 				continue
 			}
 			k := string(ev.Kv.Key)
+			if bytes.HasPrefix(ev.Kv.Key, claims) {
+				// A claim that ended (an append, a release, the end of its
+				// etcd lease, a reap): its key may now be garbage.
+				if ev.Type == clientv3.EventTypeDelete {
+					ck, err := m.s.layout.DecodeClaim(ev.Kv.Key)
+					if err != nil {
+						return corrupt("claim key", ev.Kv.Key, err)
+					}
+					m.ended = append(m.ended, ck.Blob.Key())
+				}
+				m.rev = ev.Kv.ModRevision
+				continue
+			}
 			if ev.Type == clientv3.EventTypeDelete {
 				if _, ok := m.recs[k]; ok {
 					m.setRecord(ch, k, nil)
@@ -748,6 +786,7 @@ func (m *Mirror) header() []byte {
 	b = binary.BigEndian.AppendUint64(b, uint64(m.rev))
 	b = binary.BigEndian.AppendUint64(b, uint64(len(m.recs)))
 	b = binary.BigEndian.AppendUint64(b, m.sum)
+	b = binary.BigEndian.AppendUint64(b, uint64(m.gap))
 	return sealed(b)
 }
 
@@ -894,7 +933,7 @@ func (m *Mirror) load() string {
 		}
 		h = h[4:]
 		n, w := binary.Uvarint(h)
-		if w <= 0 || uint64(len(h)-w) < n || len(h)-w-int(n) != 32 {
+		if w <= 0 || uint64(len(h)-w) < n || len(h)-w-int(n) != 40 {
 			why = "header length"
 			return nil
 		}
@@ -907,6 +946,7 @@ func (m *Mirror) load() string {
 		m.rev = int64(binary.BigEndian.Uint64(h[8:]))
 		nrecs := binary.BigEndian.Uint64(h[16:])
 		sum := binary.BigEndian.Uint64(h[24:])
+		m.gap = int64(binary.BigEndian.Uint64(h[32:]))
 		if recs := tx.Bucket(mirrorRecs); recs != nil {
 			if err := recs.ForEach(func(k, v []byte) error {
 				body, ok := unseal(v)

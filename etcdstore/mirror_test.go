@@ -680,3 +680,84 @@ func TestMirrorZeroedSurvivesRestart(t *testing.T) {
 		t.Logf("caught: %d of %d keys that lost their last reference were forgotten by a restart", len(lost)-len(zeroed), len(lost))
 	})
 }
+
+// TestMirrorEndedClaims: the mirror follows the claims with the reference
+// records, so a key claimed and then abandoned (its writer released without
+// appending, so its claim ended with its lease) becomes a candidate, kept
+// across a restart; a claimed key that the append then referenced does not.
+// A compacted watch moves WatchedSince: the claims that ended in the gap were
+// not seen one by one.
+func TestMirrorEndedClaims(t *testing.T) {
+	b := newMirrorBed(t, 9, mirrorFault{})
+	ctx := b.e.ctx
+	name := b.fresh("t")
+	th := b.thread(b.small, name)
+	c := b.checkpoint(name, th)
+	if _, err := b.small.Append(ctx, cairn.AppendInput{Checkpoint: c, Writer: th.w}); err != nil {
+		t.Fatal(err)
+	}
+	th.head = &c
+	b.live()
+	since := b.m.WatchedSince()
+	if since == 0 {
+		t.Fatal("a built mirror has no WatchedSince")
+	}
+
+	// Claimed, then referenced by the append that ends the claim.
+	used := objTestFileKey(b.fresh("used"))
+	if _, err := b.small.ClaimBlobs(ctx, th.w, []string{used}); err != nil {
+		t.Fatal(err)
+	}
+	c2 := b.checkpoint(name, th)
+	c2.ParentCheckpointID = c.ID
+	c2.Files[0].BlobKey = used
+	if _, err := b.small.Append(ctx, cairn.AppendInput{Checkpoint: c2, ExpectedHeadID: c.ID, Writer: th.w}); err != nil {
+		t.Fatal(err)
+	}
+	// Claimed by a writer that then released its lease without appending.
+	abandoned := objTestFileKey(b.fresh("abandoned"))
+	l, err := b.small.AcquireWriter(ctx, b.fresh("t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.small.ClaimBlobs(ctx, l.Writer, []string{abandoned}); err != nil {
+		t.Fatal(err)
+	}
+	l.Release(ctx)
+
+	live := b.live()
+	if !live[used] {
+		t.Fatal("the used key is not referenced")
+	}
+	b.restart()
+	got := b.m.Zeroed()
+	if !slices.Contains(got, abandoned) {
+		t.Fatalf("the abandoned claim's key is not a candidate after a restart: %v", got)
+	}
+	if slices.Contains(got, used) {
+		t.Fatal("a key whose claim ended with the append that references it is a candidate")
+	}
+	if b.m.WatchedSince() != since {
+		t.Fatalf("WatchedSince moved from %d to %d without a range read", since, b.m.WatchedSince())
+	}
+
+	for range 2 {
+		if _, err := b.small.ClaimBlobs(ctx, th.w, []string{objTestFileKey(b.fresh("gap"))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := b.e.cli.Get(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.e.cli.Compact(ctx, resp.Header.Revision); err != nil {
+		t.Fatal(err)
+	}
+	b.live()
+	if b.m.WatchedSince() <= since {
+		t.Fatalf("after a compacted watch WatchedSince is %d, was %d", b.m.WatchedSince(), since)
+	}
+	if !slices.Contains(b.m.Zeroed(), abandoned) {
+		t.Fatal("a range read forgot an unsettled candidate")
+	}
+}
