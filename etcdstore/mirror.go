@@ -876,7 +876,7 @@ func (m *Mirror) writeZeroed(b *bolt.Bucket) error {
 	if m.broken.forgetZeroed {
 		return nil
 	}
-	for k := range m.dirtyZero {
+	for _, k := range slices.Sorted(maps.Keys(m.dirtyZero)) {
 		var err error
 		if at, ok := m.zeroed[k]; ok {
 			err = b.Put([]byte(k), sealed(binary.BigEndian.AppendUint64(nil, uint64(at))))
