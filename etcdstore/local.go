@@ -67,19 +67,7 @@ func (s *Store) LocalReadCounts() (served, fellBack int64) {
 // cannot, and the caller reads linearizably. It never returns an error: a
 // failure of the local path is a fallback.
 func (s *Store) getLocal(ctx context.Context, id string) (c cairn.Checkpoint, ok bool) {
-	resp, err := s.client.Get(ctx, string(s.layout.Index(id)), clientv3.WithSerializable())
-	if err != nil {
-		return c, false
-	}
-	kv := first(resp)
-	if kv == nil {
-		return c, false
-	}
-	idx, err := parseIdx(kv)
-	if err != nil {
-		return c, false
-	}
-	c, ok, err = s.loadAt(ctx, idx, id, resp.Header.Revision, true)
+	c, ok, err := s.getAt(ctx, id, true)
 	return c, ok && err == nil
 }
 

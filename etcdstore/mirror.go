@@ -835,30 +835,19 @@ func (m *Mirror) persist() error {
 			}
 			bs[i] = b
 		}
-		// Keys in order: bbolt keeps a transaction's inserts in one node
-		// until commit, so keys in map order cost a copy of that node each
-		// (a cold build of n records was quadratic).
-		for _, k := range slices.Sorted(maps.Keys(m.dirtyRecs)) {
-			var err error
-			if v, ok := m.recs[k]; ok {
-				err = bs[1].Put([]byte(k), sealed(v))
-			} else {
-				err = bs[1].Delete([]byte(k))
-			}
-			if err != nil {
-				return err
-			}
+		err := writeDirty(bs[1], m.dirtyRecs, func(k string) ([]byte, bool) {
+			v, ok := m.recs[k]
+			return sealed(v), ok
+		})
+		if err != nil {
+			return err
 		}
-		for _, k := range slices.Sorted(maps.Keys(m.dirtyKids)) {
-			var err error
-			if ks, ok := m.kids[k]; ok {
-				err = bs[2].Put([]byte(k), encodeKids(ks))
-			} else {
-				err = bs[2].Delete([]byte(k))
-			}
-			if err != nil {
-				return err
-			}
+		err = writeDirty(bs[2], m.dirtyKids, func(k string) ([]byte, bool) {
+			ks, ok := m.kids[k]
+			return encodeKids(ks), ok
+		})
+		if err != nil {
+			return err
 		}
 		if err := m.writeZeroed(bs[3]); err != nil {
 			return err
@@ -876,10 +865,21 @@ func (m *Mirror) writeZeroed(b *bolt.Bucket) error {
 	if m.broken.forgetZeroed {
 		return nil
 	}
-	for _, k := range slices.Sorted(maps.Keys(m.dirtyZero)) {
+	return writeDirty(b, m.dirtyZero, func(k string) ([]byte, bool) {
+		at, ok := m.zeroed[k]
+		return sealed(binary.BigEndian.AppendUint64(nil, uint64(at))), ok
+	})
+}
+
+// writeDirty puts into b the value of each dirty key, or deletes the key when
+// value reports none. Keys go in order: bbolt keeps a transaction's inserts in
+// one node until commit, so keys in map order cost a copy of that node each (a
+// cold build of n records was quadratic).
+func writeDirty(b *bolt.Bucket, dirty map[string]bool, value func(k string) ([]byte, bool)) error {
+	for _, k := range slices.Sorted(maps.Keys(dirty)) {
 		var err error
-		if at, ok := m.zeroed[k]; ok {
-			err = b.Put([]byte(k), sealed(binary.BigEndian.AppendUint64(nil, uint64(at))))
+		if v, ok := value(k); ok {
+			err = b.Put([]byte(k), v)
 		} else {
 			err = b.Delete([]byte(k))
 		}

@@ -107,23 +107,34 @@ func (s *Store) Get(ctx context.Context, id string) (*cairn.Checkpoint, error) {
 		}
 		s.reads.fallback.Add(1)
 	}
-	resp, err := s.client.Get(ctx, string(s.layout.Index(id)))
-	if err != nil {
-		return nil, err
-	}
-	kv := first(resp)
-	if kv == nil {
-		return nil, nil
-	}
-	idx, err := parseIdx(kv)
-	if err != nil {
-		return nil, err
-	}
-	c, ok, err := s.loadAt(ctx, idx, id, resp.Header.Revision, false)
+	c, ok, err := s.getAt(ctx, id, false)
 	if err != nil || !ok {
 		return nil, err
 	}
 	return &c, nil
+}
+
+// getAt reads the id's index record, then loads the checkpoint it names at
+// the same revision (loadAt); ok is false when there is none. local reads the
+// connected member's own state (see getLocal).
+func (s *Store) getAt(ctx context.Context, id string, local bool) (c cairn.Checkpoint, ok bool, err error) {
+	var opts []clientv3.OpOption
+	if local {
+		opts = append(opts, clientv3.WithSerializable())
+	}
+	resp, err := s.client.Get(ctx, string(s.layout.Index(id)), opts...)
+	if err != nil {
+		return c, false, err
+	}
+	kv := first(resp)
+	if kv == nil {
+		return c, false, nil
+	}
+	idx, err := parseIdx(kv)
+	if err != nil {
+		return c, false, err
+	}
+	return s.loadAt(ctx, idx, id, resp.Header.Revision, local)
 }
 
 // loadAt loads the checkpoint an index record names, as of revision rev. ok is
