@@ -408,10 +408,28 @@ func (x *Mirrored) Mirror() *Mirror { return x.m }
 // the protocol requires (the safety argument is in docs/design.md). Errors:
 // Store.ReadBlobGC's for the claims and records, Mirror.Sync's, and ctx's.
 func (x *Mirrored) ReadBlobGC(ctx context.Context, fn func(cairn.BlobReference) error) (cairn.BlobGCView, error) {
+	view, _, err := x.ReadGC(ctx)
+	if err != nil {
+		return cairn.BlobGCView{}, err
+	}
+	if err := x.m.Live(fn); err != nil {
+		return cairn.BlobGCView{}, err
+	}
+	return view, nil
+}
+
+// ReadGC is ReadBlobGC without the references: it reads the claims and GC
+// records at revision R and syncs the mirror to a revision no older than R,
+// so that Count, Candidates and Complete answer for a state after R. It
+// returns the view and R. It costs the claims' and records' range reads and
+// the watch's events since the last sync, whatever the store holds. Errors:
+// Store.ReadBlobGC's for the claims and records, Mirror.Sync's, an error
+// matching ErrMirror when the mirror did not reach R, and ctx's.
+func (x *Mirrored) ReadGC(ctx context.Context) (cairn.BlobGCView, int64, error) {
 	var rev int64
 	view, err := x.readGCState(ctx, &rev)
 	if err != nil {
-		return cairn.BlobGCView{}, err
+		return cairn.BlobGCView{}, 0, err
 	}
 	var at int64
 	if x.m.broken.skipSync {
@@ -420,16 +438,35 @@ func (x *Mirrored) ReadBlobGC(ctx context.Context, fn func(cairn.BlobReference) 
 		at, err = x.m.Sync(ctx)
 	}
 	if err != nil {
-		return cairn.BlobGCView{}, err
+		return cairn.BlobGCView{}, 0, err
 	}
 	if at < rev {
-		return cairn.BlobGCView{}, fmt.Errorf("%w: synced to revision %d, older than the GC state's %d", ErrMirror, at, rev)
+		return cairn.BlobGCView{}, 0, fmt.Errorf("%w: synced to revision %d, older than the GC state's %d", ErrMirror, at, rev)
 	}
-	if err := x.m.Live(fn); err != nil {
-		return cairn.BlobGCView{}, err
-	}
-	return view, nil
+	return view, rev, nil
 }
+
+// Sync brings the mirror to the current revision and returns it
+// (Mirror.Sync).
+func (x *Mirrored) Sync(ctx context.Context) (int64, error) { return x.m.Sync(ctx) }
+
+// Count returns the mirror's count of references to key.
+func (x *Mirrored) Count(key string) int { return x.m.Count(key) }
+
+// Candidates returns the mirror's zeroed keys (Mirror.Zeroed).
+func (x *Mirrored) Candidates() []string { return x.m.Zeroed() }
+
+// Complete reports whether the candidates and the GC records name every key
+// that can have become garbage (Mirror.Complete).
+func (x *Mirrored) Complete() bool { return x.m.Complete() }
+
+// Settle forgets candidates a sweep decided on at revision rev
+// (Mirror.Settle). Errors: ErrMirror.
+func (x *Mirrored) Settle(keys []string, rev int64) error { return x.m.Settle(keys, rev) }
+
+// Listed records that a sweep which listed the bucket from revision rev on
+// wrote its marks (Mirror.SetListed). Errors: ErrMirror.
+func (x *Mirrored) Listed(rev int64) error { return x.m.SetListed(rev) }
 
 // ErrMirrorMismatch: the mirror's keys or counts differ from a full walk's
 // at the same revision. The mirror must not be trusted: Check discards it,

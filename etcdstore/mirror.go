@@ -83,6 +83,10 @@ type Mirror struct {
 	// watch): the falls and ended claims before it were not seen one by one,
 	// so zeroed is complete only for those after it.
 	gap int64
+	// listed is the revision the mirror had reached when a sweep that then
+	// listed the bucket began, recorded once that sweep's marks were written
+	// (SetListed); 0 when none since the last range read's gap.
+	listed int64
 	// ended are the keys whose claims ended during the current sync.
 	ended     []string
 	dirtyZero map[string]bool
@@ -130,7 +134,7 @@ const mirrorLockWait = 5 * time.Second
 
 // mirrorFormat is the version of the mirror file's format; a file of another
 // version is discarded and rebuilt.
-const mirrorFormat = 2
+const mirrorFormat = 3
 
 var (
 	mirrorMeta = []byte("meta")
@@ -230,7 +234,7 @@ func (m *Mirror) Discard() error {
 }
 
 func (m *Mirror) reset() {
-	m.rev, m.cluster, m.sum, m.gap = 0, 0, 0, 0
+	m.rev, m.cluster, m.sum, m.gap, m.listed = 0, 0, 0, 0, 0
 	m.recs = map[string][]byte{}
 	m.kids = map[string][]string{}
 	m.counts = map[string]int{}
@@ -287,17 +291,65 @@ func (m *Mirror) Zeroed() []string {
 // until settled; before it, they were not seen one by one.
 func (m *Mirror) WatchedSince() int64 { return m.gap }
 
+// Complete reports whether Zeroed, with the GC records, names every key
+// that can have become garbage: a sweep that listed the bucket began after
+// the mirror's last range read (WatchedSince) and wrote its marks, so that
+// what became garbage before that read was listed and has a GC record, and
+// what became garbage after it is in Zeroed until settled.
+func (m *Mirror) Complete() bool {
+	return m.rev != 0 && m.listed != 0 && m.listed >= m.gap
+}
+
+// SetListed records that a sweep which listed the bucket, beginning after
+// the mirror reached revision rev, has written its marks; Complete reports
+// true from then on, until the next range read. A rev older than the last
+// range read records nothing. It persists the change. Errors: the file could
+// not be written (ErrMirror).
+func (m *Mirror) SetListed(rev int64) error {
+	if rev < m.gap || rev <= m.listed || rev > m.rev {
+		return nil
+	}
+	m.listed = rev
+	if m.db == nil {
+		return nil
+	}
+	if err := m.db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists(mirrorMeta)
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte("header"), m.header())
+	}); err != nil {
+		return fmt.Errorf("%w: write %s: %w", ErrMirror, m.path, err)
+	}
+	return nil
+}
+
+// Count returns the number of references the mirror counts for key.
+func (m *Mirror) Count(key string) int { return m.counts[key] }
+
 // Settle forgets the zeroed keys among keys that a sweep has decided on with
 // a read at revision rev (each was found referenced, claimed, with a GC
 // record, or absent from the bucket): those whose count fell to zero at a
 // sync that reached rev at the latest. A key seen falling to zero by a later
-// sync is kept, since the sweep's read may predate that fall. It persists
-// the change. Errors: the file could not be written (ErrMirror).
+// sync is kept, since the sweep's read may predate that fall. It also forgets
+// every zeroed key recorded at rev at the latest that the mirror counts as
+// referenced again (Zeroed does not return those): a later fall is a new
+// entry. It persists the change. Errors: the file could not be written
+// (ErrMirror).
 func (m *Mirror) Settle(keys []string, rev int64) error {
-	for _, k := range keys {
+	forget := func(k string) {
 		if at, ok := m.zeroed[k]; ok && at <= rev {
 			delete(m.zeroed, k)
 			m.dirtyZero[k] = true
+		}
+	}
+	for _, k := range keys {
+		forget(k)
+	}
+	for k := range m.zeroed {
+		if m.counts[k] > 0 {
+			forget(k)
 		}
 	}
 	if len(m.dirtyZero) == 0 {
@@ -787,6 +839,7 @@ func (m *Mirror) header() []byte {
 	b = binary.BigEndian.AppendUint64(b, uint64(len(m.recs)))
 	b = binary.BigEndian.AppendUint64(b, m.sum)
 	b = binary.BigEndian.AppendUint64(b, uint64(m.gap))
+	b = binary.BigEndian.AppendUint64(b, uint64(m.listed))
 	return sealed(b)
 }
 
@@ -933,7 +986,7 @@ func (m *Mirror) load() string {
 		}
 		h = h[4:]
 		n, w := binary.Uvarint(h)
-		if w <= 0 || uint64(len(h)-w) < n || len(h)-w-int(n) != 40 {
+		if w <= 0 || uint64(len(h)-w) < n || len(h)-w-int(n) != 48 {
 			why = "header length"
 			return nil
 		}
@@ -947,6 +1000,7 @@ func (m *Mirror) load() string {
 		nrecs := binary.BigEndian.Uint64(h[16:])
 		sum := binary.BigEndian.Uint64(h[24:])
 		m.gap = int64(binary.BigEndian.Uint64(h[32:]))
+		m.listed = int64(binary.BigEndian.Uint64(h[40:]))
 		if recs := tx.Bucket(mirrorRecs); recs != nil {
 			if err := recs.ForEach(func(k, v []byte) error {
 				body, ok := unseal(v)

@@ -32,6 +32,9 @@ type mirrorBed struct {
 	rnd     *rand.Rand
 	threads map[string]*bedThread
 	next    int
+	// unused are the keys claimed by writers that then released their
+	// leases without appending, in order.
+	unused []string
 }
 
 type bedThread struct {
@@ -153,6 +156,17 @@ func (b *mirrorBed) step() string {
 		s := b.store()
 		th := b.thread(s, name)
 		c := b.checkpoint(name, th)
+		// The writer claims the keys its parent lacks, as bucket.UploadBlobs
+		// does before it uploads them.
+		var fresh []string
+		for _, k := range c.BlobKeys() {
+			if th.head == nil || !slices.Contains(th.head.BlobKeys(), k) {
+				fresh = append(fresh, k)
+			}
+		}
+		if _, err := s.ClaimBlobs(ctx, th.w, fresh); err != nil {
+			t.Fatalf("claim for %s: %v", c.ID, err)
+		}
 		if _, err := s.Append(ctx, cairn.AppendInput{Checkpoint: c, ExpectedHeadID: c.ParentCheckpointID, Writer: th.w}); err != nil {
 			t.Fatalf("append %s: %v", c.ID, err)
 		}
@@ -194,9 +208,11 @@ func (b *mirrorBed) step() string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := b.small.ClaimBlobs(ctx, l.Writer, []string{objTestFileKey(b.fresh("unused"))}); err != nil {
+		k := objTestFileKey(b.fresh("unused"))
+		if _, err := b.small.ClaimBlobs(ctx, l.Writer, []string{k}); err != nil {
 			t.Fatal(err)
 		}
+		b.unused = append(b.unused, k)
 		l.Release(ctx)
 		return "claimUnused"
 	case op < 89:

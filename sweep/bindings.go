@@ -119,7 +119,7 @@ func (s *sweeper) checkBindings(ctx context.Context) error {
 			rep.Uncovered = append(rep.Uncovered, b)
 		}
 	}
-	if rep.Listed > 0 && (len(covers) > 0 || len(bound) > 0) {
+	if (rep.Listed > 0 || s.hasObjects) && (len(covers) > 0 || len(bound) > 0) {
 		r, ok := s.blobs.(bucket.Reader)
 		if !ok {
 			return fmt.Errorf("%w: the bucket of a sweep of stores with bindings must read objects, for the registry's marker", ErrInvalidArgument)

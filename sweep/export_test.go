@@ -38,3 +38,12 @@ func IgnoringBindings(o Options) Options {
 	o.ignoreBindings = true
 	return o
 }
+
+// TrustingCandidates returns o for a deliberately broken incremental sweep
+// that deletes the candidates its source names and counts as unreferenced,
+// without the protocol (no claims read, no mark, no move to deleting): the
+// tests run it to show that their scenarios catch that mistake.
+func TrustingCandidates(o Options) Options {
+	o.trustCandidates = true
+	return o
+}

@@ -48,10 +48,32 @@ type target struct {
 //     refusal, left in GCDeleting when the answer is unknown.
 //
 // A dry run does the listing and the read and writes nothing.
+//
+// With Options.Incremental, a run whose source names every possible
+// candidate lists nothing (runIncremental); a listing run syncs the source
+// before it lists, and once its marks are written tells the source it listed
+// and settles the source's candidates.
 func (s *sweeper) runOnline(ctx context.Context) error {
+	inc := s.incremental()
+	if inc == nil {
+		return s.runListing(ctx, nil, 0)
+	}
+	rev, err := inc.Sync(ctx)
+	if err != nil {
+		s.begin(ctx, "online")
+		s.log.ErrorContext(ctx, "sweep aborted: bringing the mirror up to date failed, nothing deleted", "phase", "references", "error", err)
+		return wrap(err, "sweep: sync the references (nothing deleted)")
+	}
+	if inc.Complete() && !s.opts.List {
+		return s.runIncremental(ctx, inc)
+	}
+	return s.runListing(ctx, inc, rev)
+}
+
+// runListing is the online sweep with a listing of the bucket. When inc is
+// set, rev is a revision the source reached before the listing began.
+func (s *sweeper) runListing(ctx context.Context, inc Incremental, rev int64) error {
 	rep := s.rep
-	rep.DryRun = s.opts.DryRun
-	rep.Online = true
 	cands, err := s.startAndList(ctx, "online")
 	if err != nil {
 		return err
@@ -72,37 +94,101 @@ func (s *sweeper) runOnline(ctx context.Context) error {
 	}
 
 	targets, drop, mark := s.classify(cands, &view)
+	return s.decide(ctx, cands, targets, drop, mark, func([]cairn.GCRecord) error {
+		if inc == nil || s.opts.DryRun {
+			return nil
+		}
+		// Every key that became garbage by rev was listed, and is now
+		// referenced, claimed or recorded; later ones are the source's.
+		if err := inc.Settle(inc.Candidates(), rev); err != nil {
+			s.log.WarnContext(ctx, "the mirror did not record the settled candidates; the next run looks at them again", "error", err)
+		}
+		if err := inc.Listed(rev); err != nil {
+			s.log.WarnContext(ctx, "the mirror did not record the listing; the next run lists again", "error", err)
+		}
+		return nil
+	})
+}
+
+// begin takes now and the cutoff and logs the start; every run begins with
+// it.
+func (s *sweeper) begin(ctx context.Context, protocol string) {
+	rep := s.rep
+	rep.DryRun = s.opts.DryRun
+	rep.Online = protocol != "upstream"
+	rep.Incremental = protocol == "incremental"
+	rep.Now = s.opts.Now()
+	rep.Cutoff = rep.Now.Add(-s.opts.OlderThan)
+	s.log.InfoContext(ctx, "sweep started", "phase", "start", "older_than", s.opts.OlderThan.String(),
+		"now", rep.Now, "cutoff", rep.Cutoff, "dry_run", s.opts.DryRun, "max_deletes", s.opts.MaxDeletes, "protocol", protocol)
+}
+
+// decide writes what one read decided (drops, then marks; with OlderThan
+// zero, the marked keys still unreferenced at a second read become targets),
+// calls marked once the marks are written, and deletes the targets. A dry
+// run writes nothing and reports what the real run would do. An incremental
+// run's new targets get the HEAD requests its first ones got.
+func (s *sweeper) decide(ctx context.Context, cands []candidate, targets []target, drop []cairn.GCRecord, mark []string, marked func([]cairn.GCRecord) error) error {
+	rep := s.rep
+	fresh := func(ts []target) ([]target, error) {
+		if !rep.Incremental {
+			return ts, nil
+		}
+		kept, gone, err := s.head(ctx, ts)
+		if err != nil {
+			return nil, err
+		}
+		if !s.opts.DryRun {
+			if err := s.col.DropBlobRecords(ctx, gone); err != nil {
+				return nil, err
+			}
+		}
+		rep.Dropped += len(gone)
+		return kept, nil
+	}
 	if !s.opts.DryRun {
 		if err := s.col.DropBlobRecords(ctx, drop); err != nil {
 			return s.abort(ctx, "dropping stale GC records", err)
 		}
-		rep.Dropped = len(drop)
-		marked, err := s.col.MarkBlobs(ctx, mark, float64(rep.Now.UnixMilli()))
+		rep.Dropped += len(drop)
+		recs, err := s.col.MarkBlobs(ctx, mark, float64(rep.Now.UnixMilli()))
 		if err != nil {
 			return s.abort(ctx, "marking candidates", err)
 		}
-		rep.Marked = len(marked)
+		rep.Marked = len(recs)
 		if h := s.opts.hooks; h != nil && h.afterMark != nil {
-			h.afterMark(ctx, marked)
+			h.afterMark(ctx, recs)
 		}
-		if s.opts.OlderThan == 0 && len(marked) > 0 {
-			fresh, err := s.confirm(ctx, cands, marked)
+		if err := marked(recs); err != nil {
+			return s.abort(ctx, "recording the marks", err)
+		}
+		if s.opts.OlderThan == 0 && len(recs) > 0 {
+			ts, err := s.confirm(ctx, cands, recs)
+			if err == nil {
+				ts, err = fresh(ts)
+			}
 			if err != nil {
 				return s.abort(ctx, "reading references after marking", err)
 			}
-			targets = append(targets, fresh...)
+			targets = append(targets, ts...)
 		}
 	} else {
 		// What the real run would drop and mark.
-		rep.Dropped, rep.Marked = len(drop), len(mark)
+		rep.Dropped, rep.Marked = rep.Dropped+len(drop), len(mark)
 	}
 	if s.opts.DryRun && s.opts.OlderThan == 0 {
 		// What the real run would mark and then delete.
+		var ts []target
 		for _, k := range mark {
 			if c := find(cands, k); c != nil && !c.young {
-				targets = append(targets, target{rec: cairn.GCRecord{Key: k, State: cairn.GCCandidate}, size: c.size})
+				ts = append(ts, target{rec: cairn.GCRecord{Key: k, State: cairn.GCCandidate}, size: c.size})
 			}
 		}
+		ts, err := fresh(ts)
+		if err != nil {
+			return s.abort(ctx, "reading the candidates' sizes and upload times", err)
+		}
+		targets = append(targets, ts...)
 	}
 	slices.SortFunc(targets, func(a, b target) int { return strings.Compare(a.rec.Key, b.rec.Key) })
 

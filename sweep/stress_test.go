@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -49,6 +50,20 @@ type stressWorld struct {
 	// brokenSweep sweeps the first store alone, ignoring the bindings: the
 	// variant the two-prefix run must be able to tell from a correct one.
 	brokenSweep bool
+	// incremental, when set, names the sweep's candidates (the store is
+	// then the etcdstore.Mirrored it belongs to); trusting makes that sweep
+	// the broken one that deletes them without the protocol.
+	incremental sweep.Incremental
+	trusting    bool
+	// incrementalRuns counts the runs that listed nothing.
+	incrementalRuns int
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // storeOf returns the store of writer i.
@@ -63,7 +78,12 @@ func (w *stressWorld) storeOf(i int) stressStore {
 // checkpoint, then sweep.
 func (w *stressWorld) sweepOnce(ctx context.Context) (sweep.Report, error) {
 	if len(w.others) == 0 {
-		rep, err := sweep.Run(ctx, w.store, w.blobs, sweep.RunOptions{Keep: 1, Sweep: sweep.Options{OlderThan: 0}})
+		opts := sweep.Options{OlderThan: 0, Incremental: w.incremental}
+		if w.trusting {
+			opts = sweep.TrustingCandidates(opts)
+		}
+		rep, err := sweep.Run(ctx, w.store, w.blobs, sweep.RunOptions{Keep: 1, Sweep: opts})
+		w.incrementalRuns += boolInt(rep.Sweep.Incremental)
 		return rep.Sweep, err
 	}
 	var others []sweep.Other
@@ -158,6 +178,46 @@ func TestOnlineSweepStress(t *testing.T) {
 			t.Fatalf("a sweep of one prefix ignoring the bindings lost no blob in %d appends and %d sweeps: the two-prefix run has no teeth", res.appends, res.sweeps)
 		}
 		t.Logf("one prefix swept, bindings ignored: %d appends, %d sweeps, %d checkpoints lost blobs (first: %v)", res.appends, res.sweeps, res.lost, res.firstLoss)
+	})
+	incrementalWorld := func(t *testing.T, prefix string, trusting bool) *stressWorld {
+		w := newWorld(t, prefix, true)
+		// A bucket of its own: the sweep covers one store.
+		own := s3Bucket(t, s3test.StartVersityGW(t), 0)
+		w.blobs, w.read, w.put = own, own, own
+		st := w.store.(*etcdstore.Store)
+		m, err := st.OpenMirror(t.Context(), filepath.Join(t.TempDir(), "mirror.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		mirrored := st.WithMirror(m)
+		w.store, w.incremental, w.trusting = mirrored, mirrored, trusting
+		return w
+	}
+	t.Run("Incremental", func(t *testing.T) {
+		// The sweeps name their candidates from the mirror (after the
+		// first, which lists): nothing may be lost.
+		w := incrementalWorld(t, "stress-inc/", false)
+		res := runStress(t, w, *stressDuration, false)
+		if res.lost > 0 {
+			t.Fatalf("%d appended checkpoints referenced missing blobs with the incremental sweep; first: %v", res.lost, res.firstLoss)
+		}
+		if res.appends < 8 || w.incrementalRuns < 2 || res.deleted == 0 {
+			t.Fatalf("the workload did too little to prove anything: %d appends, %d incremental sweeps of %d, %d blobs deleted", res.appends, w.incrementalRuns, res.sweeps, res.deleted)
+		}
+		t.Logf("incremental: %d appends, %d blobs reused, %d sweeps (%d without a listing), %d blobs deleted, %d deletes called off by a claim; no loss",
+			res.appends, res.reused, res.sweeps, w.incrementalRuns, res.deleted, res.aborted)
+	})
+	t.Run("IncrementalTrustingCandidatesLosesBlobs", func(t *testing.T) {
+		// The broken incremental sweep deletes the mirror's candidates
+		// without the protocol: a writer's claim on a pruned blob it
+		// reuses does not save it.
+		w := incrementalWorld(t, "stress-inc-broken/", true)
+		res := runStress(t, w, *stressDuration, true)
+		if res.lost == 0 {
+			t.Fatalf("an incremental sweep without the protocol lost no blob in %d appends and %d sweeps: the incremental run has no teeth", res.appends, res.sweeps)
+		}
+		t.Logf("incremental without the protocol: %d appends, %d sweeps, %d checkpoints lost blobs (first: %v)", res.appends, res.sweeps, res.lost, res.firstLoss)
 	})
 	t.Run("WithoutProtocolLosesBlobs", func(t *testing.T) {
 		res := runStress(t, newWorld(t, "stress-off/", false), *stressDuration, true)

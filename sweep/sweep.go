@@ -108,11 +108,25 @@ type Options struct {
 	// store implements cairn.BlobCollector or none does.
 	Others []Other
 
+	// Incremental, when set with a store that implements
+	// cairn.BlobCollector and no Others, names the candidates of a run
+	// without a listing of the bucket whenever it can name every one
+	// (Incremental.Complete): such a run sends HEAD requests only for the
+	// keys it is about to delete, and none at all when nothing changed. A
+	// run that cannot lists, and then tells Incremental so.
+	Incremental Incremental
+	// List makes a run with Incremental list the bucket anyway: the full
+	// run, which also finds bytes that writers outside the protocol left.
+	List bool
+
 	// hooks lets the package's tests stop the online sweep between its steps.
 	hooks *hooks
 	// ignoreBindings is a deliberately broken sweep, for the tests that show
 	// the bindings are needed: it neither writes a marker nor refuses.
 	ignoreBindings bool
+	// trustCandidates is a deliberately broken incremental sweep: it
+	// deletes the unreferenced candidates at once, without the protocol.
+	trustCandidates bool
 }
 
 // The sweep's errors, matched with errors.Is.
@@ -201,6 +215,14 @@ type Report struct {
 	// Batches is the number of batches sent (or, in a dry run, passed over).
 	Batches int `json:"batches"`
 
+	// Incremental says the run named its candidates without a listing
+	// (Options.Incremental): Listed is then zero, FromMirror counts the
+	// keys the source named, and HeadRequests the HEAD requests sent for
+	// the keys about to be deleted (each billed Class B on R2).
+	Incremental  bool `json:"incremental"`
+	FromMirror   int  `json:"fromMirror"`
+	HeadRequests int  `json:"headRequests"`
+
 	// Bindings are the stores the bucket is bound to (bucket.Bindings), as
 	// listed after the objects.
 	Bindings []cairn.Binding `json:"bindings"`
@@ -245,6 +267,9 @@ func (r Report) LogValue() slog.Value {
 		slog.Int("unsettled", r.Unsettled),
 		slog.Int("aborted", len(r.Aborted)),
 		slog.Int("batches", r.Batches),
+		slog.Bool("incremental", r.Incremental),
+		slog.Int("from_mirror", r.FromMirror),
+		slog.Int("head_requests", r.HeadRequests),
 		slog.Int("bindings", len(r.Bindings)),
 		slog.Int("uncovered", len(r.Uncovered)),
 		slog.Bool("unregistered", r.Unregistered),
@@ -361,6 +386,9 @@ type sweeper struct {
 	marker string
 	// members are the stores the sweep covers: Sweep's, then Options.Others.
 	members []References
+	// hasObjects says the bucket holds objects under the swept prefixes
+	// although the run listed none (an incremental run with candidates).
+	hasObjects bool
 }
 
 func (s *sweeper) run(ctx context.Context) error {
@@ -388,10 +416,7 @@ func (s *sweeper) run(ctx context.Context) error {
 // bucket; both paths begin with it.
 func (s *sweeper) startAndList(ctx context.Context, protocol string) ([]candidate, error) {
 	rep := s.rep
-	rep.Now = s.opts.Now()
-	rep.Cutoff = rep.Now.Add(-s.opts.OlderThan)
-	s.log.InfoContext(ctx, "sweep started", "phase", "start", "older_than", s.opts.OlderThan.String(),
-		"now", rep.Now, "cutoff", rep.Cutoff, "dry_run", s.opts.DryRun, "max_deletes", s.opts.MaxDeletes, "protocol", protocol)
+	s.begin(ctx, protocol)
 	t := time.Now()
 	cands, err := s.list(ctx)
 	rep.ListDuration = time.Since(t)

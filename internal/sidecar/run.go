@@ -337,11 +337,15 @@ func (s *Sweeper) phases(ctx, stop context.Context, held *heldLock, st *Status, 
 		return err
 	}
 	refs := &refsView{store: guarded, stop: stop}
+	var inc sweep.Incremental
+	full := false
 	if m := s.opts.Mirror; m != nil {
 		refs.mirrored = guarded.WithMirror(m)
-		if err := s.fullRun(ctx, stop, refs.mirrored, log); err != nil {
+		var err error
+		if full, err = s.fullRun(ctx, stop, refs.mirrored, log); err != nil {
 			return interrupted(err)
 		}
+		inc = incrementalView{Mirrored: refs.mirrored, stop: stop}
 	}
 	var others []sweep.Other
 	views := []*refsView{refs}
@@ -397,8 +401,13 @@ func (s *Sweeper) phases(ctx, stop context.Context, held *heldLock, st *Status, 
 		// earliest) and the next run has settled them.
 		DeleteWithin: s.opts.LockTTL / 3,
 		Others:       others,
+		Incremental:  inc,
+		List:         full,
 		Logger:       log,
 	})
+	if m := s.opts.Mirror; m != nil {
+		s.observeMirror(m)
+	}
 	if errors.Is(err, sweep.ErrUncovered) {
 		log.Error("sweep refused: the bucket is bound to prefixes this sweeper does not serve; nothing deleted",
 			"phase", "bindings", "bucket", s.opts.Bucket, "uncovered", sweep.FormatBindings(rep.Sweep.Uncovered),
@@ -685,30 +694,50 @@ func (b blobsView) List(ctx context.Context, prefix, token string, limit int) (b
 }
 
 // fullRun, when a full run is due (RunOptions.FullRunEvery), compares the
-// mirror with a full walk at one revision (etcdstore.Mirrored.Check). When
-// they differ it returns an error matching etcdstore.ErrMirrorMismatch: the
-// run deletes nothing, and the discarded mirror is rebuilt by the next run.
-// The schedule is the process's: a restart starts it again.
-func (s *Sweeper) fullRun(ctx, stop context.Context, x *etcdstore.Mirrored, log *slog.Logger) error {
+// mirror with a full walk at one revision (etcdstore.Mirrored.Check) and
+// reports true: the run's sweep then lists the bucket too. When they differ
+// it returns an error matching etcdstore.ErrMirrorMismatch: the run deletes
+// nothing, and the discarded mirror is rebuilt by the next run. The schedule
+// is the process's: a restart starts it again.
+func (s *Sweeper) fullRun(ctx, stop context.Context, x *etcdstore.Mirrored, log *slog.Logger) (bool, error) {
 	defer s.observeMirror(x.Mirror())
 	if s.opts.FullRunEvery <= 0 || time.Since(s.lastFull) < s.opts.FullRunEvery {
-		return nil
+		return false, nil
 	}
 	c, cancel := merge(ctx, stop)
 	defer cancel()
-	log.Info("full run: comparing the mirror with a walk of every reference", "phase", "full-run")
+	log.Info("full run: comparing the mirror with a walk of every reference, then listing the bucket", "phase", "full-run")
 	err := x.Check(c)
 	if errors.Is(err, etcdstore.ErrMirrorMismatch) {
 		s.metrics.mirrorMismatch()
 		log.Error("full run: the mirror differs from the walk; nothing is deleted, the mirror is rebuilt", "phase", "full-run", "error", err)
-		return err
+		return true, err
 	}
 	if err != nil {
-		return fmt.Errorf("full run: %w", err)
+		return true, fmt.Errorf("full run: %w", err)
 	}
 	s.lastFull = time.Now()
 	log.Info("full run: the mirror equals the walk", "phase", "full-run", "revision", x.Mirror().Revision())
-	return nil
+	return true, nil
+}
+
+// incrementalView is the mirror as the sweep's source of candidates
+// (sweep.Incremental): stop ends its reads, as it ends the walk's.
+type incrementalView struct {
+	*etcdstore.Mirrored
+	stop context.Context
+}
+
+func (v incrementalView) Sync(ctx context.Context) (int64, error) {
+	c, cancel := merge(ctx, v.stop)
+	defer cancel()
+	return v.Mirrored.Sync(c)
+}
+
+func (v incrementalView) ReadGC(ctx context.Context) (cairn.BlobGCView, int64, error) {
+	c, cancel := merge(ctx, v.stop)
+	defer cancel()
+	return v.Mirrored.ReadGC(c)
 }
 
 // observeMirror publishes the mirror's counters.
