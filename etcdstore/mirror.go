@@ -19,6 +19,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/time/rate"
 
 	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/bucket"
@@ -90,6 +91,9 @@ type Mirror struct {
 	// ended are the keys whose claims ended during the current sync.
 	ended     []string
 	dirtyZero map[string]bool
+
+	// limit, when set, paces the objects read from the bucket (SetReadRate).
+	limit *rate.Limiter
 
 	stats  MirrorStats
 	broken mirrorFault
@@ -325,6 +329,34 @@ func (m *Mirror) SetListed(rev int64) error {
 	return nil
 }
 
+// SetReadRate limits the objects the mirror reads from the bucket to perSecond
+// (in bursts of at most that many, and at least one): a cold build after a
+// lost file then costs the bucket a steady load, not a burst of every root at
+// once. The sync that rebuilds takes longer, and the sweep that waits for it
+// deletes nothing until it is done. Zero or less removes the limit.
+func (m *Mirror) SetReadRate(perSecond float64) {
+	if perSecond <= 0 {
+		m.limit = nil
+		return
+	}
+	m.limit = rate.NewLimiter(rate.Limit(perSecond), max(1, int(perSecond)))
+}
+
+// pace waits until n more objects may be read (SetReadRate).
+func (m *Mirror) pace(ctx context.Context, n int) error {
+	if m.limit == nil {
+		return nil
+	}
+	for n > 0 {
+		k := min(n, m.limit.Burst())
+		if err := m.limit.WaitN(ctx, k); err != nil {
+			return err
+		}
+		n -= k
+	}
+	return nil
+}
+
 // Count returns the number of references the mirror counts for key.
 func (m *Mirror) Count(key string) int { return m.counts[key] }
 
@@ -438,6 +470,9 @@ func (m *Mirror) read(ctx context.Context, ids []string) ([][]string, error) {
 	err := forEach(ctx, len(roots), objectParallel, func(ctx context.Context, j int) error {
 		i := roots[j]
 		d := keys.Digest([]byte(ids[i][2:]))
+		if err := m.pace(ctx, 1); err != nil {
+			return err
+		}
 		r, err := m.s.root(ctx, d)
 		if err != nil {
 			return err
@@ -475,6 +510,9 @@ func (m *Mirror) read(ctx context.Context, ids []string) ([][]string, error) {
 			p = objPart{digest: d} // an object of its own
 		}
 		parts[j] = p
+	}
+	if err := m.pace(ctx, len(parts)); err != nil {
+		return nil, err
 	}
 	got, err := m.s.fetchParts(ctx, parts)
 	if err != nil {
@@ -741,7 +779,7 @@ func (m *Mirror) follow(ctx context.Context, ch change, target int64) error {
 	// etcd answers a progress request only once the watcher has caught up
 	// (and drops it before), so the request is repeated until the watch
 	// reaches the target; the wait only paces the requests.
-	wait := 20 * time.Millisecond
+	wait := time.Millisecond
 	tick := time.NewTimer(0)
 	defer tick.Stop()
 	for m.rev < target {

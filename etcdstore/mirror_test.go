@@ -777,3 +777,34 @@ func TestMirrorEndedClaims(t *testing.T) {
 		t.Fatal("a range read forgot an unsettled candidate")
 	}
 }
+
+// TestMirrorReadRate: a cold build under SetReadRate reads its objects no
+// faster than the rate allows (after one burst), and builds the same mirror.
+func TestMirrorReadRate(t *testing.T) {
+	b := newMirrorBed(t, 14, mirrorFault{})
+	for range 30 {
+		b.step()
+	}
+	if err := b.m.Discard(); err != nil {
+		t.Fatal(err)
+	}
+	const perSecond = 10
+	b.m.SetReadRate(perSecond)
+	start := time.Now()
+	if _, err := b.m.Sync(b.e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	n := b.m.Stats().ObjectReads
+	if n <= 2*perSecond {
+		t.Fatalf("the bed has %d objects to read, too few to show a rate of %d a second", n, perSecond)
+	}
+	// A limiter lets one burst through at once, then perSecond a second.
+	if least := time.Duration(float64(n-perSecond) / perSecond * float64(time.Second)); took < least {
+		t.Fatalf("read %d objects in %v at %d a second; at least %v", n, took, perSecond, least)
+	}
+	if err := b.check(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d objects in %v at %d a second", n, took, perSecond)
+}

@@ -82,7 +82,11 @@ func (s *sweeper) runIncremental(ctx context.Context, inc Incremental) error {
 		// The source lost track of single changes while it caught up (a
 		// compacted watch): only a listing finds what changed meanwhile.
 		s.log.WarnContext(ctx, "the mirror's candidates are incomplete after its catch-up; listing the bucket", "phase", "references")
-		return s.runListing(ctx, inc, rev)
+		at, err := inc.Sync(ctx)
+		if err != nil {
+			return wrap(err, "sweep: sync the references (nothing deleted)")
+		}
+		return s.runListing(ctx, inc, at)
 	}
 	if h := s.opts.hooks; h != nil && h.afterRead != nil {
 		h.afterRead(ctx, view)

@@ -58,6 +58,11 @@ func (s *sweeper) runOnline(ctx context.Context) error {
 	if inc == nil {
 		return s.runListing(ctx, nil, 0)
 	}
+	if inc.Complete() && !s.opts.List {
+		// Its read syncs the source, and lists instead if the set is no
+		// longer complete then.
+		return s.runIncremental(ctx, inc)
+	}
 	rev, err := inc.Sync(ctx)
 	if err != nil {
 		s.begin(ctx, "online")
@@ -65,6 +70,7 @@ func (s *sweeper) runOnline(ctx context.Context) error {
 		return wrap(err, "sweep: sync the references (nothing deleted)")
 	}
 	if inc.Complete() && !s.opts.List {
+		// A new mirror's file said so only once it was read.
 		return s.runIncremental(ctx, inc)
 	}
 	return s.runListing(ctx, inc, rev)
@@ -275,21 +281,33 @@ func (s *sweeper) classify(cands []candidate, view *cairn.BlobGCView) (targets [
 // their records, and returns those that are still unreferenced, unclaimed,
 // old enough by upload time and unchanged.
 func (s *sweeper) confirm(ctx context.Context, cands []candidate, marked []cairn.GCRecord) ([]target, error) {
-	referenced := map[string]bool{}
-	view, err := s.col.ReadBlobGC(ctx, func(r cairn.BlobReference) error {
-		if _, ok := slices.BinarySearchFunc(marked, r.Key, recordKey); ok {
-			referenced[r.Key] = true
+	var view cairn.BlobGCView
+	var referenced func(key string) bool
+	if inc := s.opts.Incremental; s.rep.Incremental {
+		// The source's read, and its counts instead of every reference.
+		v, _, err := inc.ReadGC(ctx)
+		if err != nil {
+			return nil, err
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
+		view, referenced = v, func(k string) bool { return inc.Count(k) > 0 }
+	} else {
+		seen := map[string]bool{}
+		v, err := s.col.ReadBlobGC(ctx, func(r cairn.BlobReference) error {
+			if _, ok := slices.BinarySearchFunc(marked, r.Key, recordKey); ok {
+				seen[r.Key] = true
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		view, referenced = v, func(k string) bool { return seen[k] }
 	}
 	var out []target
 	for _, m := range marked {
 		c := find(cands, m.Key)
 		cur, ok := view.Record(m.Key)
-		if c == nil || c.young || referenced[m.Key] || view.IsClaimed(m.Key) || !ok || cur.Version != m.Version {
+		if c == nil || c.young || referenced(m.Key) || view.IsClaimed(m.Key) || !ok || cur.Version != m.Version {
 			continue
 		}
 		out = append(out, target{rec: cur, size: c.size})

@@ -37,6 +37,10 @@ type sweepFig struct {
 	req            reqCounts
 	etcdRead       int64 // bytes etcd answered (unary responses and watch messages)
 	deleted        []string
+	// incremental says the sweep named its candidates without a listing;
+	// lists and heads are its LIST (swept prefixes) and HEAD requests.
+	incremental  bool
+	lists, heads int
 }
 
 // mirrorFig is what a restart's Sync cost.
@@ -56,7 +60,7 @@ type scaleResult struct {
 	appended, forks, deletedThreads, removedKept int
 	created                                      int64
 	written                                      int64
-	cold, walk, steady, idle                     sweepFig
+	cold, walk, steady, idle, plan               sweepFig
 	restart, compacted                           mirrorFig
 	heap                                         int64 // heap the mirror takes, loaded from its file
 	rss, hwm                                     int64 // the process's, at the end
@@ -160,14 +164,23 @@ func (sr *scaleRun) run(ctx context.Context, n int) (*scaleResult, error) {
 			mirror.Close()
 		}
 	}()
+	// sweepWith sweeps refs; with the mirror (a Mirrored), the mirror
+	// names the candidates whenever it can (sweep.Options.Incremental).
 	sweepWith := func(refs sweep.References, dry bool) (sweepFig, error) {
 		tctx, tl := withTally(ctx, true)
 		r0 := b.counts()
-		rep, err := sweep.Sweep(tctx, refs, b, sweep.Options{OlderThan: 0, DryRun: dry})
-		fig := sweepFig{took: rep.Duration, refsTook: rep.ReferencesDuration, req: b.counts().sub(r0), etcdRead: tl.received(), deleted: rep.Deleted}
+		opts := sweep.Options{OlderThan: 0, DryRun: dry}
+		if x, ok := refs.(*etcdstore.Mirrored); ok {
+			opts.Incremental = x
+		}
+		rep, err := sweep.Sweep(tctx, refs, b, opts)
+		fig := sweepFig{took: rep.Duration, refsTook: rep.ReferencesDuration, req: b.counts().sub(r0), etcdRead: tl.received(), deleted: rep.Deleted,
+			incremental: rep.Incremental, lists: rep.ListRequests, heads: rep.HeadRequests}
 		if err != nil {
 			return fig, fmt.Errorf("sweep: %w", err)
 		}
+		sr.logf("scale %d: sweep (dry run %v, incremental %v): %s; references %s, deletes %s; requests %s",
+			n, dry, rep.Incremental, fmtDur(rep.Duration), fmtDur(rep.ReferencesDuration), fmtDur(rep.DeleteDuration), fig.req)
 		return fig, nil
 	}
 	sr.logf("scale %d: first sweep (the mirror's cold build)", n)
@@ -229,6 +242,38 @@ func (sr *scaleRun) run(ctx context.Context, n int) (*scaleResult, error) {
 	wstore.Close()
 	if err != nil {
 		return nil, fmt.Errorf("the full walk's dry run: %w", err)
+	}
+	// The steady sweep's dry run, on a copy of the mirror's file, is the
+	// like-for-like comparison with the walk's dry run (neither writes);
+	// the real sweep then also marks, moves and deletes what both found.
+	mirror.Close()
+	mirror = nil
+	planPath := path + ".plan"
+	if err := copyFile(path, planPath); err != nil {
+		return nil, err
+	}
+	defer os.Remove(planPath)
+	if mirror, err = mstore.OpenMirror(ctx, path); err != nil {
+		return nil, err
+	}
+	pstore, err := open()
+	if err != nil {
+		return nil, err
+	}
+	pmirror, err := pstore.OpenMirror(ctx, planPath)
+	if err != nil {
+		pstore.Close()
+		return nil, err
+	}
+	res.plan, err = sweepWith(pstore.WithMirror(pmirror), true)
+	pmirror.Close()
+	pstore.Close()
+	if err != nil {
+		return nil, fmt.Errorf("the steady sweep's dry run: %w", err)
+	}
+	if !slices.Equal(res.plan.deleted, res.walk.deleted) {
+		return res, fmt.Errorf("the dry run with the mirror plans %d deletes, the full walk %d (first differing: %s)",
+			len(res.plan.deleted), len(res.walk.deleted), firstDiff(res.plan.deleted, res.walk.deleted))
 	}
 	if res.steady, err = sweepWith(mstore.WithMirror(mirror), false); err != nil {
 		return nil, err
@@ -370,23 +415,35 @@ func (r *scaleResult) etcdRatio() float64 {
 	return float64(r.steady.etcdRead) / float64(max(1, r.written))
 }
 
-// timeRatio is the steady sweep's time over the full walk's.
+// timeRatio is the steady sweep's time over the full walk's, dry run
+// against dry run: neither writes, so both do only the work that tells
+// garbage from live keys (the writes that follow are the same for both).
 func (r *scaleResult) timeRatio() float64 {
-	return float64(r.steady.took) / float64(max(1, r.walk.took))
+	return float64(r.plan.took) / float64(max(1, r.walk.took))
+}
+
+// copyFile copies the file at from to to.
+func copyFile(from, to string) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(to, b, 0o600)
 }
 
 // table prints the figures of each run, one line each.
 func scaleTable(rs []*scaleResult) string {
 	var b strings.Builder
-	fmt.Fprintln(&b, "| kept | write | first sweep (cold build): time, reads | churn (turns+prunes, forks, threads deleted) | created + lost | steady sweep: time, reads, LIST, etcd read / written | full walk: time, reads, LIST | nothing changed: time, reads | restart: time, reads, ranges | compacted: reads, ranges | mirror heap / ckpt | file / ckpt | RSS (peak) |")
-	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(&b, "| kept | write | first sweep (cold build): time, reads | churn (turns+prunes, forks, threads deleted) | created + lost | steady sweep: time, reads, LIST, etcd read / written | its dry run: time (÷ walk's) | full walk (dry run): time, reads, LIST | nothing changed: time, requests | restart: time, reads, ranges | compacted: reads, ranges | mirror heap / ckpt | file / ckpt | RSS (peak) |")
+	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rs {
-		fmt.Fprintf(&b, "| %s | %s | %s, %s | %d, %d, %d | %s + %s | %s, %s (%.2f×), %s, %s / %s (%.2f×) | %s, %s, %s | %s, %s | %s, %s, %d | %s, %d | %s | %s | %s (%s) |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s, %s | %d, %d, %d | %s + %s | %s, %s (%.2f×), %s, %s / %s (%.2f×) | %s (%.1f%%) | %s, %s, %s | %s, %s | %s, %s, %d | %s, %d | %s | %s | %s (%s) |\n",
 			fmtInt(int64(r.kept)), fmtDur(r.writeTook), fmtDur(r.cold.took), fmtInt(r.cold.req.reads()), r.appended, r.forks, r.deletedThreads,
 			fmtInt(r.created), fmtInt(r.lost()),
-			fmtDur(r.steady.took), fmtInt(r.steady.req.reads()), r.readRatio(), fmtInt(r.steady.req[reqList]), fmtBytes(r.steady.etcdRead), fmtBytes(r.written), r.etcdRatio(),
-			fmtDur(r.walk.took), fmtInt(r.walk.req.reads()), fmtInt(r.walk.req[reqList]),
-			fmtDur(r.idle.took), fmtInt(r.idle.req.reads()),
+			fmtDur(r.steady.took), fmtInt(r.steady.req.reads()), r.readRatio(), fmtInt(int64(r.steady.lists)), fmtBytes(r.steady.etcdRead), fmtBytes(r.written), r.etcdRatio(),
+			fmtDur(r.plan.took), 100*r.timeRatio(),
+			fmtDur(r.walk.took), fmtInt(r.walk.req.reads()), fmtInt(int64(r.walk.lists)),
+			fmtDur(r.idle.took), fmtInt(r.idle.req.total()),
 			fmtDur(r.restart.took), fmtInt(r.restart.req.reads()), r.restart.stats.Relists,
 			fmtInt(r.compacted.req.reads()), r.compacted.stats.Relists,
 			fmtBytes(r.heap/int64(r.kept)), fmtBytes(r.file/int64(r.kept)), fmtBytes(r.rss), fmtBytes(r.hwm))
@@ -420,13 +477,13 @@ type scaleFit struct {
 }
 
 func fitScale(rs []*scaleResult) scaleFit {
-	var xs, heap, file, steady, walk []float64
+	var xs, heap, file, steady, walk []float64 // steady: its dry run, as the walk
 	var over []string
 	for _, r := range rs {
 		xs = append(xs, float64(r.kept))
 		heap = append(heap, float64(r.heap))
 		file = append(file, float64(r.file))
-		steady = append(steady, r.steady.took.Seconds())
+		steady = append(steady, r.plan.took.Seconds())
 		walk = append(walk, r.walk.took.Seconds())
 		over = append(over, fmtInt(int64(r.kept)))
 	}

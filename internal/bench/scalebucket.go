@@ -43,6 +43,15 @@ func (a reqCounts) sub(b reqCounts) reqCounts {
 // reads are the requests that read an object: GET, range GET and HEAD.
 func (a reqCounts) reads() int64 { return a[reqGet] + a[reqRange] + a[reqHead] }
 
+// total is every request of every kind.
+func (a reqCounts) total() int64 {
+	var n int64
+	for _, v := range a {
+		n += v
+	}
+	return n
+}
+
 func (a reqCounts) String() string {
 	var parts []string
 	for i, n := range a {

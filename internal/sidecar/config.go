@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/cairnstore/cairn/bucket"
@@ -53,6 +54,9 @@ type Config struct {
 	MirrorFile   string
 	FullWalk     bool
 	FullRunEvery time.Duration
+	// MirrorReadRate bounds the objects per second the mirror reads from
+	// the bucket, a cold build's above all (0: no bound).
+	MirrorReadRate float64
 	// Bind records, in each bucket, the binding of every configured prefix
 	// and the binding registry's marker, and exits: the one-off step for a
 	// bucket written before bindings existed. Unbind removes the bindings
@@ -112,6 +116,7 @@ func newFlagSet(c *Config, out io.Writer) *cli.Set {
 	fs.BoolVar(&c.AllowEmptyStore, "allow-empty-store", c.AllowEmptyStore, "delete blobs even when the store has no checkpoint at all (by default that looks like a wrong --prefix and stops the run)")
 
 	fs.StringVar(&c.MirrorFile, "mirror-file", c.MirrorFile, "the incremental sweep's mirror of the reference records, a local file (a persistent volume); empty: kept in memory and rebuilt by a full read at each start")
+	fs.Float64Var(&c.MirrorReadRate, "mirror-read-rate", c.MirrorReadRate, "objects per second the mirror may read from the bucket, which paces a cold build after a lost file (0: no bound)")
 	fs.BoolVar(&c.FullWalk, "full-walk", c.FullWalk, "sweep by walking every reference and reading every root from the bucket, without the mirror")
 	fs.Var(cli.Duration{D: &c.FullRunEvery}, "full-run-every", "how often a run also walks every reference and compares it with the mirror, deleting nothing when they differ (0: never)")
 
@@ -135,6 +140,7 @@ func defaults() Config {
 		OlderThan:       24 * time.Hour,
 		BatchSize:       bucket.MaxDeleteKeys,
 		FullRunEvery:    7 * 24 * time.Hour,
+		MirrorReadRate:  1000,
 		LockTTL:         30 * time.Second,
 		ProbeTimeout:    10 * time.Second,
 		ShutdownTimeout: 20 * time.Second,
@@ -260,6 +266,8 @@ func (c Config) Validate() error {
 		return bad("give --once (run and exit, for cron) or --interval (keep running)")
 	case c.LockTimeout < 0:
 		return bad("--lock-timeout must not be negative, got %v", c.LockTimeout)
+	case !(c.MirrorReadRate >= 0) || math.IsInf(c.MirrorReadRate, 1):
+		return bad("--mirror-read-rate must be a finite number, 0 or more, got %v", c.MirrorReadRate)
 	case c.LockTimeout > 0 && !c.Once:
 		return bad("--lock-timeout applies to --once; with --interval the sweeper always waits for the lock")
 	case c.LockTTL < 2*time.Second:

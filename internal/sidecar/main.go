@@ -358,6 +358,7 @@ func openMirror(ctx context.Context, cfg Config, store *etcdstore.Store, n, gi, 
 	if err != nil {
 		return nil, err
 	}
+	m.SetReadRate(cfg.MirrorReadRate)
 	switch why := m.Stats().Discarded; {
 	case path == "":
 		log.Warn("no --mirror-file: the mirror is kept in memory, so the first sweep after each start reads every reference and every root from the bucket")

@@ -41,6 +41,8 @@ type Metrics struct {
 	bucketBlobs        prometheus.Gauge
 	bucketBytes        prometheus.Gauge
 	listRequests       *prometheus.CounterVec
+	headRequests       prometheus.Counter
+	incremental        prometheus.Gauge
 	unreferenced       prometheus.Gauge
 	references         prometheus.Gauge
 	verifyProblems     prometheus.Gauge
@@ -95,6 +97,10 @@ func NewMetrics(dryRun bool) *Metrics {
 			"Total size of the blobs listed by the last sweep, before it deleted."))),
 		listRequests: prometheus.NewCounterVec(prometheus.CounterOpts(f("list_requests_total",
 			"LIST requests the sweeps sent to the bucket, by what they listed: objects (the swept prefixes, one request a page) or bindings.")), []string{"listing"}),
+		headRequests: prometheus.NewCounter(prometheus.CounterOpts(f("head_requests_total",
+			"HEAD requests the incremental sweeps sent for the keys they were about to delete (a listing run sends none)."))),
+		incremental: prometheus.NewGauge(prometheus.GaugeOpts(f("last_sweep_incremental",
+			"1 when the last sweep named its candidates from the mirror without listing the bucket, 0 when it listed."))),
 		unreferenced: prometheus.NewGauge(prometheus.GaugeOpts(f("unreferenced_blobs",
 			"Blobs the last sweep found old enough and unreferenced."))),
 		references: prometheus.NewGauge(prometheus.GaugeOpts(f("referenced_blob_keys",
@@ -139,7 +145,7 @@ func NewMetrics(dryRun bool) *Metrics {
 	m.policyBusy = pol("policy_busy_threads_skipped_total", "Threads the policy skipped because a writer held them.")
 	r.MustRegister(m.policyCheckpoints, m.policyThreads, m.policyBlobs, m.policyBytes, m.policyProtected, m.policyBusy)
 	r.MustRegister(m.runs, m.deleted, m.freed, m.deleteFailures, m.pruned, m.duration, m.lastSuccess, m.lastRun,
-		m.dryRun, m.lockHeld, m.bucketBlobs, m.bucketBytes, m.listRequests, m.unreferenced, m.references, m.verifyProblems,
+		m.dryRun, m.lockHeld, m.bucketBlobs, m.bucketBytes, m.listRequests, m.headRequests, m.incremental, m.unreferenced, m.references, m.verifyProblems,
 		m.verifyRepaired, m.busyThreadsSkipped, m.marked, m.aborted, m.claimed, m.unsettled, m.waitingCandidates, m.uncovered,
 		m.mirrorMismatches, m.mirrorRevision, m.mirrorRebuilds, m.mirrorRestarts, m.mirrorObjectReads)
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -229,12 +235,19 @@ func (m *Metrics) observe(rep RunReport, err error) {
 		m.deleted.Add(float64(len(rep.Sweep.Deleted)))
 		m.freed.Add(float64(rep.Sweep.BytesFreed))
 		m.deleteFailures.Add(float64(len(rep.Sweep.Failed)))
-		m.bucketBlobs.Set(float64(rep.Sweep.Listed))
-		m.bucketBytes.Set(float64(rep.Sweep.ListedBytes))
+		if rep.Sweep.Incremental {
+			// Nothing was listed: the last listing's figures stand.
+			m.incremental.Set(1)
+		} else {
+			m.incremental.Set(0)
+			m.bucketBlobs.Set(float64(rep.Sweep.Listed))
+			m.bucketBytes.Set(float64(rep.Sweep.ListedBytes))
+			m.references.Set(float64(rep.Sweep.References))
+		}
+		m.headRequests.Add(float64(rep.Sweep.HeadRequests))
 		m.listRequests.WithLabelValues("objects").Add(float64(rep.Sweep.ListRequests))
 		m.listRequests.WithLabelValues("bindings").Add(float64(rep.Sweep.BindingListRequests))
 		m.unreferenced.Set(float64(rep.Sweep.Candidates))
-		m.references.Set(float64(rep.Sweep.References))
 		m.marked.Add(float64(rep.Sweep.Marked))
 		m.aborted.Add(float64(len(rep.Sweep.Aborted)))
 		m.claimed.Set(float64(rep.Sweep.Claimed))

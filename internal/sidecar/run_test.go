@@ -295,11 +295,7 @@ func TestRun(t *testing.T) {
 		// The incremental sweep, with a full run's comparison at each run:
 		// the same deletions as the walk's.
 		f := newFixture(t, client, true)
-		mirror, err := f.store.OpenMirror(t.Context(), filepath.Join(t.TempDir(), "mirror.db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { mirror.Close() })
+		mirror := f.mirror(t)
 		m := NewMetrics(false)
 		before := f.keys(t)
 		sw := f.sweeper(t, RunOptions{Keep: 1, OlderThan: 0, Verify: true, Mirror: mirror, FullRunEvery: time.Nanosecond}, m)
@@ -322,6 +318,38 @@ func TestRun(t *testing.T) {
 		if gauge(t, m, "mirror_revision") == 0 {
 			t.Errorf("mirror_revision is 0")
 		}
+	})
+
+	t.Run("MirrorIncremental", func(t *testing.T) {
+		// Without a full run due, the first run lists (the mirror is new)
+		// and records that it did; the next names its candidates from the
+		// mirror: nothing changed, so it lists nothing and reads nothing.
+		f := newFixture(t, client, true)
+		mirror := f.mirror(t)
+		m := NewMetrics(false)
+		before := f.keys(t)
+		sw := f.sweeper(t, RunOptions{Keep: 1, OlderThan: 0, Verify: true, Mirror: mirror}, m)
+		rep, err := sw.Run(t.Context(), t.Context(), LockMode{})
+		if err != nil {
+			t.Fatalf("Run: %v\n%s", err, f.log.String())
+		}
+		if rep.Sweep.Incremental || rep.Sweep.ListRequests == 0 {
+			t.Errorf("first run: incremental %v, %d LIST requests; want a listing", rep.Sweep.Incremental, rep.Sweep.ListRequests)
+		}
+		if got, want := f.keys(t), without(before, f.orphans, f.prunedOnly); !slices.Equal(got, want) {
+			t.Errorf("bucket = %v; want %v", got, want)
+		}
+		listed := gauge(t, m, "bucket_blobs")
+		rep, err = sw.Run(t.Context(), t.Context(), LockMode{})
+		if err != nil {
+			t.Fatalf("second Run: %v\n%s", err, f.log.String())
+		}
+		if !rep.Sweep.Incremental || rep.Sweep.ListRequests != 0 || rep.Sweep.HeadRequests != 0 || len(rep.Sweep.Deleted) != 0 {
+			t.Errorf("second run: incremental %v, %d LIST, %d HEAD, %d deleted; want none of them",
+				rep.Sweep.Incremental, rep.Sweep.ListRequests, rep.Sweep.HeadRequests, len(rep.Sweep.Deleted))
+		}
+		equal(t, "last_sweep_incremental", gauge(t, m, "last_sweep_incremental"), 1)
+		equal(t, "bucket_blobs after a run that listed nothing", gauge(t, m, "bucket_blobs"), listed)
 	})
 
 	t.Run("DryRunChangesNothing", func(t *testing.T) {
@@ -682,4 +710,15 @@ func TestRunSharedBucket(t *testing.T) {
 	equal(t, "deleted", len(rep.Sweep.Deleted), len(f.orphans)+len(f.prunedOnly))
 	equal(t, "uncovered_bindings", gauge(t, m, "uncovered_bindings"), 0)
 	equal(t, "other policy series", gauge(t, m, `policy_checkpoints_removed_total{policy="other"}`), 0)
+}
+
+// mirror opens a mirror of the fixture's store in a file of the test's.
+func (f *fixture) mirror(t *testing.T) *etcdstore.Mirror {
+	t.Helper()
+	m, err := f.store.OpenMirror(t.Context(), filepath.Join(t.TempDir(), "mirror.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
 }
