@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -218,20 +219,28 @@ func TestIncrementalSweepNothingChanged(t *testing.T) {
 	t.Logf("after a prune: %d keys deleted with %v", len(rep.Deleted), counted.byKind)
 }
 
-// countingBucket counts the requests a sweep sends, by kind.
+// countingBucket counts the requests a sweep sends, by kind; the sweep sends
+// its HEAD requests from several goroutines. Read byKind between sweeps.
 type countingBucket struct {
 	*bucket.Memory
+	mu     sync.Mutex
 	byKind map[string]int
 }
 
 func (c *countingBucket) count(kind string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.byKind == nil {
 		c.byKind = map[string]int{}
 	}
 	c.byKind[kind]++
 }
 
-func (c *countingBucket) reset() { c.byKind = map[string]int{} }
+func (c *countingBucket) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.byKind = map[string]int{}
+}
 
 func (c *countingBucket) total() int {
 	n := 0
