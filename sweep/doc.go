@@ -67,6 +67,20 @@
 // records are moved in each of them. docs/design.md ("A bucket shared by
 // several stores") gives the argument.
 //
+// # Without a listing
+//
+// Options.Incremental names a source (etcdstore.Mirrored, whose mirror
+// follows the store with an etcd watch) that knows the keys whose last
+// reference or claim ended since the last sweep. Once one run has listed the
+// bucket after the source began following the store, a run takes its
+// candidates from the source and the GC records alone and lists nothing; each
+// still goes through the online protocol, so a wrong candidate list can only
+// leave garbage. It sends one HEAD request for each key it is about to move
+// to deleting (existence, size, upload time), and no request at all when
+// nothing changed. Options.List, a source that lost track (a rebuilt mirror,
+// a compacted watch) and Options.Others make a run list. docs/design.md
+// ("Candidates without a listing") gives the argument.
+//
 // # Memory
 //
 // The sweep holds the listed keys that are old enough to delete (key, size

@@ -45,7 +45,7 @@ type Incremental interface {
 }
 
 // headWorkers bounds the HEAD requests an incremental run has in flight.
-const headWorkers = 16
+const headWorkers = 32
 
 // incremental returns the Incremental source a run may use instead of a
 // listing, or nil: the option is set, the sweep covers one store (the other
