@@ -48,8 +48,9 @@ type Incremental interface {
 const headWorkers = 32
 
 // incremental returns the Incremental source a run may use instead of a
-// listing, or nil: the option is set, the sweep covers one store (the other
-// stores' keys are not in its candidates) and no full run was asked for.
+// listing, or nil: the option is set and the sweep covers one store (the
+// other stores' keys are not in its candidates). Options.List is the
+// caller's to check.
 func (s *sweeper) incremental() Incremental {
 	if s.opts.Incremental == nil || len(s.opts.Others) > 0 {
 		return nil
@@ -111,18 +112,13 @@ func (s *sweeper) runIncremental(ctx context.Context, inc Incremental) error {
 		return s.abort(ctx, "reading the candidates' sizes and upload times", err)
 	}
 	drop = append(drop, gone...)
-	err = s.decide(ctx, cands, targets, drop, mark, func(marked []cairn.GCRecord) error {
+	return s.decide(ctx, cands, targets, drop, mark, func() {
 		// Settle after the marks: every named key is now referenced,
 		// claimed, recorded or absent, each as of rev.
-		if s.opts.DryRun {
-			return nil
-		}
 		if err := inc.Settle(named, rev); err != nil {
 			s.log.WarnContext(ctx, "the mirror did not record the settled candidates; the next run looks at them again", "error", err)
 		}
-		return nil
 	})
-	return err
 }
 
 // incrementalCandidates returns the keys of an incremental run, sorted and

@@ -100,9 +100,9 @@ func (s *sweeper) runListing(ctx context.Context, inc Incremental, rev int64) er
 	}
 
 	targets, drop, mark := s.classify(cands, &view)
-	return s.decide(ctx, cands, targets, drop, mark, func([]cairn.GCRecord) error {
-		if inc == nil || s.opts.DryRun {
-			return nil
+	return s.decide(ctx, cands, targets, drop, mark, func() {
+		if inc == nil {
+			return
 		}
 		// Every key that became garbage by rev was listed, and is now
 		// referenced, claimed or recorded; later ones are the source's.
@@ -112,7 +112,6 @@ func (s *sweeper) runListing(ctx context.Context, inc Incremental, rev int64) er
 		if err := inc.Listed(rev); err != nil {
 			s.log.WarnContext(ctx, "the mirror did not record the listing; the next run lists again", "error", err)
 		}
-		return nil
 	})
 }
 
@@ -131,10 +130,11 @@ func (s *sweeper) begin(ctx context.Context, protocol string) {
 
 // decide writes what one read decided (drops, then marks; with OlderThan
 // zero, the marked keys still unreferenced at a second read become targets),
-// calls marked once the marks are written, and deletes the targets. A dry
-// run writes nothing and reports what the real run would do. An incremental
+// calls marked once the marks are written (never in a dry run), and deletes
+// the targets. A dry run writes nothing and reports what the real run would
+// do. An incremental
 // run's new targets get the HEAD requests its first ones got.
-func (s *sweeper) decide(ctx context.Context, cands []candidate, targets []target, drop []cairn.GCRecord, mark []string, marked func([]cairn.GCRecord) error) error {
+func (s *sweeper) decide(ctx context.Context, cands []candidate, targets []target, drop []cairn.GCRecord, mark []string, marked func()) error {
 	rep := s.rep
 	fresh := func(ts []target) ([]target, error) {
 		if !rep.Incremental {
@@ -165,9 +165,7 @@ func (s *sweeper) decide(ctx context.Context, cands []candidate, targets []targe
 		if h := s.opts.hooks; h != nil && h.afterMark != nil {
 			h.afterMark(ctx, recs)
 		}
-		if err := marked(recs); err != nil {
-			return s.abort(ctx, "recording the marks", err)
-		}
+		marked()
 		if s.opts.OlderThan == 0 && len(recs) > 0 {
 			ts, err := s.confirm(ctx, cands, recs)
 			if err == nil {
