@@ -31,6 +31,12 @@ type S3 struct {
 	// ownHTTP is the transport NewS3 built, closed by Close; nil when the
 	// caller supplied the HTTP client.
 	ownHTTP *http.Transport
+	// fenceBase is the transport that requests with a send deadline are
+	// sent through clones of (WithSendDeadline), with redirect as their
+	// client's CheckRedirect; nil when the HTTP client's transport is not an
+	// *http.Transport.
+	fenceBase *http.Transport
+	redirect  func(*http.Request, []*http.Request) error
 }
 
 var _ Bucket = (*S3)(nil)
@@ -76,16 +82,22 @@ func NewS3(ctx context.Context, cfg Config) (*S3, error) {
 	}
 	if cfg.HTTPClient != nil {
 		awsCfg.HTTPClient = cfg.HTTPClient
+		b.redirect = cfg.HTTPClient.CheckRedirect
+		switch tr := cfg.HTTPClient.Transport.(type) {
+		case nil:
+			b.fenceBase = http.DefaultTransport.(*http.Transport)
+		case *http.Transport:
+			b.fenceBase = tr
+		}
 	} else {
 		// Take over the transport the SDK prepared (it carries AWS_CA_BUNDLE
 		// when that is set) so that Close can release its connections.
 		b.ownHTTP = sdkTransport(awsCfg.HTTPClient)
 		b.ownHTTP.MaxIdleConnsPerHost = max(b.ownHTTP.MaxIdleConnsPerHost, MaxIdleConnsPerHost)
-		awsCfg.HTTPClient = &http.Client{
-			Transport: b.ownHTTP,
-			// Hand redirects back to the SDK, as its own client does.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		}
+		// Hand redirects back to the SDK, as its own client does.
+		b.redirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+		b.fenceBase = b.ownHTTP
+		awsCfg.HTTPClient = &http.Client{Transport: b.ownHTTP, CheckRedirect: b.redirect}
 	}
 	if awsCfg.Region == "" {
 		awsCfg.Region = "auto"
@@ -299,7 +311,28 @@ func (b *S3) List(ctx context.Context, prefix, token string, limit int) (Page, e
 	return page, nil
 }
 
-// Delete implements Deleter with DeleteObjects.
+// fenced returns the per-request options that send a request of ctx
+// through a fenced connection when ctx has a send deadline
+// (WithSendDeadline), and a func that releases it; none when ctx has none.
+// It fails with ErrCannotFence when the HTTP client cannot be fenced.
+func (b *S3) fenced(ctx context.Context, op string) ([]func(*s3.Options), func(), error) {
+	by, ok := sendDeadline(ctx)
+	if !ok {
+		return nil, func() {}, nil
+	}
+	client, tr, err := fencedClient(b.fenceBase, b.redirect, by)
+	if err != nil {
+		return nil, nil, &Error{Op: op, Err: err}
+	}
+	opt := func(o *s3.Options) { o.HTTPClient = client }
+	return []func(*s3.Options){opt}, tr.CloseIdleConnections, nil
+}
+
+// Delete implements Deleter with DeleteObjects. With a send deadline on ctx
+// (WithSendDeadline), each request goes over a connection that writes
+// nothing after it; a request stopped by it fails with an error matching
+// ErrSendDeadline (its outcome unknown), and a client that cannot be fenced
+// fails every request with ErrCannotFence, sending nothing.
 func (b *S3) Delete(ctx context.Context, keys []string) (DeleteResult, error) {
 	return deleteInBatches(ctx, keys, b.deleteBatch)
 }
@@ -311,12 +344,17 @@ func (b *S3) deleteBatch(ctx context.Context, keys []string) (deleted []string, 
 	for i := range keys {
 		objs[i] = types.ObjectIdentifier{Key: aws.String(keys[i])}
 	}
+	fenced, done, err := b.fenced(ctx, "DeleteObjects")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer done()
 	out, err := b.client.DeleteObjects(ctx, &s3.DeleteObjectsInput{
 		Bucket: &b.name,
 		// Not quiet: the server then confirms every deleted key, and a key it
 		// does not mention is reported as unconfirmed rather than assumed gone.
 		Delete: &types.Delete{Objects: objs, Quiet: aws.Bool(false)},
-	})
+	}, fenced...)
 	if err != nil {
 		return nil, nil, classify("DeleteObjects", "", true, err)
 	}

@@ -336,3 +336,54 @@ func TestPutsFindExisting(t *testing.T) {
 		t.Fatal("the memory bucket's put does not find existing keys")
 	}
 }
+
+// TestDeleteWithSendDeadline checks an S3 delete under a send deadline: in
+// time it deletes (over a connection of its own, also with the caller's
+// plain client), and with an HTTP client that cannot be fenced it sends
+// nothing and fails with ErrCannotFence.
+func TestDeleteWithSendDeadline(t *testing.T) {
+	fake := s3test.StartFake(t, s3test.FakeOptions{})
+	plain := &http.Transport{}
+	t.Cleanup(plain.CloseIdleConnections)
+	wrapped := &recordingTransport{next: plain}
+	cases := []struct {
+		name    string
+		client  *http.Client
+		wantErr error
+	}{
+		{name: "own client"},
+		{name: "caller's transport", client: &http.Client{Transport: plain}},
+		{name: "caller's default transport", client: &http.Client{}},
+		{name: "caller's wrapped transport", client: &http.Client{Transport: wrapped}, wantErr: bucket.ErrCannotFence},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := configFor(&fake.Server)
+			cfg.HTTPClient = tc.client
+			b := newS3(t, cfg)
+			key := "blobs/sha256/" + strings.Repeat("ab", 32)
+			if _, err := b.PutIfAbsent(t.Context(), key, []byte("x")); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := bucket.WithSendDeadline(t.Context(), time.Now().Add(30*time.Second))
+			defer cancel()
+			res, err := b.Delete(ctx, []string{key})
+			_, herr := b.Head(t.Context(), key)
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) || len(res.Failed) != 1 {
+					t.Fatalf("Delete = %+v, %v; want the key failed with %v", res, err, tc.wantErr)
+				}
+				if herr != nil {
+					t.Fatalf("the refused delete removed the object: %v", herr)
+				}
+				return
+			}
+			if err != nil || len(res.Deleted) != 1 {
+				t.Fatalf("Delete = %+v, %v; want the key deleted", res, err)
+			}
+			if !errors.Is(herr, bucket.ErrNotFound) {
+				t.Fatalf("Head after the delete = %v; want ErrNotFound", herr)
+			}
+		})
+	}
+}

@@ -29,7 +29,11 @@ import (
 // delete must start and end within a third of the lock's TTL of its move to
 // deleting (sweep.Options.DeleteWithin), and the lock cannot pass to the next
 // run sooner than two thirds of the TTL after that move. Without that bound
-// the woken run deletes the blob the head references.
+// the woken run deletes the blob the head references. A check of the time
+// before the request is not enough: the run is stopped right after its move
+// to deleting, and a request whose send begins before the stop can still be
+// written when it wakes; the bucket's send deadline (bucket.WithSendDeadline)
+// refuses every write on the request's connection past the bound.
 func TestSweeperPausedAfterBeginningADelete(t *testing.T) {
 	cluster := startCluster(t)
 	bin := buildSweeper(t)

@@ -461,8 +461,11 @@ func (s *sweeper) deleteBatch(ctx context.Context, batch []target) error {
 				"phase", "delete", "batch", rep.Batches, "keys", len(keys), "late", late.String(), "bound", w.String())
 			return fmt.Errorf("%w: the delete of %d keys would start %v after they moved to deleting, past the bound of %v", ErrStopped, len(keys), late.Round(time.Millisecond), w)
 		}
+		// The deadline also fences the request: an S3 bucket writes none
+		// of it to the network past the bound, even when this process was
+		// paused between the check above and the send.
 		var cancel context.CancelFunc
-		dctx, cancel = context.WithDeadline(ctx, began.Add(w))
+		dctx, cancel = bucket.WithSendDeadline(ctx, began.Add(w))
 		defer cancel()
 	}
 	res, derr := s.blobs.Delete(dctx, keys)

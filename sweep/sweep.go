@@ -89,8 +89,10 @@ type Options struct {
 	// under a lock sets it to a third of the lock's TTL, so that a sweeper
 	// paused after moving keys to deleting cannot delete them once another
 	// sweeper has taken the lock, settled them, and a writer has uploaded
-	// them again: S3 takes no fencing token, time is the only fence. Zero is
-	// no bound.
+	// them again: S3 takes no fencing token, time is the only fence. The
+	// request is sent with bucket.WithSendDeadline at the bound, so an S3
+	// bucket writes none of it to the network past the bound even when the
+	// process was paused between this check and the send. Zero is no bound.
 	DeleteWithin time.Duration
 	// Released, in a dry run, are references to count as gone, by blob
 	// key: those a prune that did not run (a dry run's) would have dropped
