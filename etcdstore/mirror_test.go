@@ -808,3 +808,18 @@ func TestMirrorReadRate(t *testing.T) {
 	}
 	t.Logf("%d objects in %v at %d a second", n, took, perSecond)
 }
+
+// storedEntries returns the number of records, counts and nodes' children
+// in m's file.
+func (m *Mirror) storedEntries() int {
+	n := 0
+	_ = m.db.View(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{mirrorRecs, mirrorCounts, mirrorKids} {
+			if bk := tx.Bucket(b); bk != nil {
+				n += bk.Stats().KeyN
+			}
+		}
+		return nil
+	})
+	return n
+}
