@@ -262,11 +262,19 @@ func (m *Mirror) Records() int { return int(m.nrecs) }
 // Errors: the file could not be written (ErrMirror).
 func (m *Mirror) Discard() error {
 	m.reset()
+	return m.writeHeader(true)
+}
+
+// writeHeader writes the header in a transaction of its own, after emptying
+// the file if clear is set. Errors: ErrMirror.
+func (m *Mirror) writeHeader(clear bool) error {
 	if err := m.db.Update(func(tx *bolt.Tx) error {
-		if err := clearBuckets(tx); err != nil {
-			return err
+		if clear {
+			if err := clearBuckets(tx); err != nil {
+				return err
+			}
 		}
-		b, err := tx.CreateBucket(mirrorMeta)
+		b, err := tx.CreateBucketIfNotExists(mirrorMeta)
 		if err != nil {
 			return err
 		}
@@ -487,16 +495,7 @@ func (m *Mirror) SetListed(rev int64) error {
 		return nil
 	}
 	m.listed = rev
-	if err := m.db.Update(func(tx *bolt.Tx) error {
-		b, err := tx.CreateBucketIfNotExists(mirrorMeta)
-		if err != nil {
-			return err
-		}
-		return b.Put([]byte("header"), m.header())
-	}); err != nil {
-		return fmt.Errorf("%w: write %s: %w", ErrMirror, m.path, err)
-	}
-	return nil
+	return m.writeHeader(false)
 }
 
 // SetReadRate limits the objects the mirror reads from the bucket to perSecond
