@@ -210,7 +210,7 @@ func (s *Store) openMirror(ctx context.Context, path string, broken mirrorFault)
 		return nil, fmt.Errorf("%w: open %s: %w", ErrMirror, path, err)
 	}
 	m.db = db
-	if why := m.load(); why != "" {
+	if why := m.load(true); why != "" {
 		m.stats.Discarded = why
 		m.s.log.Warn("etcdstore: mirror file discarded; the next sync rebuilds it", "path", path, "reason", why)
 		m.reset()
@@ -891,7 +891,7 @@ func (m *Mirror) abandon(err error) (int64, error) {
 	m.endRead()
 	bad := m.readErr != nil
 	m.reset()
-	if why := m.load(); why != "" || bad {
+	if why := m.load(false); why != "" || bad {
 		// A file that fails its checks is emptied: the next sync rebuilds.
 		m.reset()
 		if derr := m.Discard(); derr != nil {
@@ -1271,8 +1271,10 @@ func (m *Mirror) persistSettled() error {
 // checksum, the records decode, the number and XOR of hashes of the records
 // and of the counts are the header's, every counted node has its children
 // and every node with children is counted. It returns why the file cannot be
-// used, or "" (an empty file is used: the next Sync builds it).
-func (m *Mirror) load() string {
+// used, or "" (an empty file is used: the next Sync builds it). Without
+// verify it reads the header and zeroed keys only: a sync that failed
+// before its write left the file as the last open (or sync) checked it.
+func (m *Mirror) load(verify bool) string {
 	why := ""
 	err := m.db.View(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(mirrorMeta)
@@ -1311,7 +1313,9 @@ func (m *Mirror) load() string {
 		m.ncounts = binary.BigEndian.Uint64(h[48:])
 		m.csum = binary.BigEndian.Uint64(h[56:])
 		m.nkids = binary.BigEndian.Uint64(h[64:])
-		why = m.check(tx)
+		if verify {
+			why = m.check(tx)
+		}
 		if why != "" {
 			return nil
 		}
