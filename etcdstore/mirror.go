@@ -10,6 +10,7 @@ import (
 	"hash/crc64"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -48,31 +49,35 @@ import (
 // A Mirror is safe for use by one goroutine at a time.
 type Mirror struct {
 	s    *Store
-	db   *bolt.DB // nil: kept in memory only
+	db   *bolt.DB
 	path string
+	// temp: the file is a temporary one of the mirror's own (OpenMirror with
+	// no path), removed by Close.
+	temp bool
 
 	rev     int64
 	cluster uint64
-	// recs are the reference records by etcd key: a lease byte (1 when the
-	// record was staged under a lease, so that it references nothing) and
-	// the value.
-	recs map[string][]byte
-	// kids are the children of the live nodes (see nodeID).
-	kids   map[string][]string
-	counts map[string]int
-	// names interns the keys and node ids of kids and edges, so that a key
-	// that many nodes name is held once.
-	names map[string]string
+	// The file holds the state: every reference record by etcd key (a lease
+	// byte, 1 when the record was staged under a lease so that it references
+	// nothing, and the value), the children of every live node (see nodeID),
+	// and the count of every counted key and node. The heap holds only what
+	// the current sync changed (ov*), written back with the revision in one
+	// transaction. nrecs, rsum, ncounts, csum and nkids summarise the file's
+	// records, counts and children (the number of each and the XOR of a hash
+	// of each entry), kept in the header so that a truncated or changed file
+	// is found at open by one streamed pass.
+	nrecs, rsum   uint64
+	ncounts, csum uint64
+	nkids         uint64
+	ovRecs        map[string]ovRec
+	ovCounts      map[string]int // 0: the key is no longer counted
+	ovKids        map[string]ovKids
+	rtx           *bolt.Tx // a read transaction held during a sync
+	readErr       error    // a value in the file failed its checksum after open
 	// parts are where the reference chunks of the roots read in this sync
 	// are (see read).
 	parts map[keys.Digest]objPart
-	// sum is the XOR of recHash over recs, persisted so that a truncated file
-	// is found.
-	sum uint64
 
-	// Changes since the last persist.
-	dirtyRecs map[string]bool
-	dirtyKids map[string]bool
 	// zeroed are the bucket keys that may have become garbage and that no
 	// sweep has settled yet (Settle): those whose count fell to zero, and
 	// those whose claim key was deleted (a claim that ended, used or not),
@@ -127,6 +132,12 @@ type mirrorFault struct {
 	// forgetZeroed does not write the zeroed keys to the file: a restart
 	// loses them.
 	forgetZeroed bool
+	// dropCount does not write a count that a sync set: the file's counts
+	// lose it while the header's summary keeps it.
+	dropCount bool
+	// trustCounts does not check the file's counts against the header's
+	// summary at open.
+	trustCounts bool
 }
 
 // ErrMirror: the mirror cannot be used (its file cannot be opened or written).
@@ -138,15 +149,16 @@ const mirrorLockWait = 5 * time.Second
 
 // mirrorFormat is the version of the mirror file's format; a file of another
 // version is discarded and rebuilt.
-const mirrorFormat = 3
+const mirrorFormat = 4
 
 var (
-	mirrorMeta = []byte("meta")
-	mirrorRecs = []byte("recs")
-	mirrorKids = []byte("kids")
-	mirrorZero = []byte("zero")
-	castagnoli = crc32.MakeTable(crc32.Castagnoli)
-	ecma       = crc64.MakeTable(crc64.ECMA)
+	mirrorMeta   = []byte("meta")
+	mirrorRecs   = []byte("recs")
+	mirrorKids   = []byte("kids")
+	mirrorZero   = []byte("zero")
+	mirrorCounts = []byte("counts")
+	castagnoli   = crc32.MakeTable(crc32.Castagnoli)
+	ecma         = crc64.MakeTable(crc64.ECMA)
 )
 
 // OpenMirror opens the mirror file at path, creating it if needed, and
@@ -157,12 +169,30 @@ var (
 // have Options.Objects when its checkpoints use the capacity layout. Errors:
 // the file cannot be opened or written (ErrMirror), or ctx's error.
 func (s *Store) OpenMirror(ctx context.Context, path string) (*Mirror, error) {
+	return s.openMirror(ctx, path, mirrorFault{})
+}
+
+// openMirror is OpenMirror with a deliberately broken mirror for the tests.
+func (s *Store) openMirror(ctx context.Context, path string, broken mirrorFault) (*Mirror, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	m := &Mirror{s: s, path: path}
+	m := &Mirror{s: s, path: path, broken: broken}
 	m.reset()
 	if path == "" {
+		// No file given: the state goes in a temporary file of the mirror's
+		// own, so that the heap holds only what a sync changes, as with a
+		// file; Close removes it.
+		dir, err := os.MkdirTemp("", "cairn-mirror-")
+		if err != nil {
+			return nil, fmt.Errorf("%w: temporary file: %w", ErrMirror, err)
+		}
+		db, err := bolt.Open(filepath.Join(dir, "mirror.db"), 0o600, &bolt.Options{NoSync: true, NoFreelistSync: true})
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("%w: temporary file: %w", ErrMirror, err)
+		}
+		m.db, m.temp, m.path = db, true, dir
 		m.stats.Discarded = "no file"
 		return m, nil
 	}
@@ -180,19 +210,12 @@ func (s *Store) OpenMirror(ctx context.Context, path string) (*Mirror, error) {
 		return nil, fmt.Errorf("%w: open %s: %w", ErrMirror, path, err)
 	}
 	m.db = db
-	if why := m.load(); why != "" {
+	if why := m.load(true); why != "" {
 		m.stats.Discarded = why
 		m.s.log.Warn("etcdstore: mirror file discarded; the next sync rebuilds it", "path", path, "reason", why)
 		m.reset()
 		if err := m.db.Update(func(tx *bolt.Tx) error {
-			for _, b := range [][]byte{mirrorMeta, mirrorRecs, mirrorKids, mirrorZero} {
-				if tx.Bucket(b) != nil {
-					if err := tx.DeleteBucket(b); err != nil {
-						return err
-					}
-				}
-			}
-			return nil
+			return clearBuckets(tx)
 		}); err != nil {
 			db.Close()
 			return nil, fmt.Errorf("%w: clear %s: %w", ErrMirror, path, err)
@@ -201,12 +224,28 @@ func (s *Store) OpenMirror(ctx context.Context, path string) (*Mirror, error) {
 	return m, nil
 }
 
-// Close closes the mirror's file.
+// Close closes the mirror's file (and removes it if it is the mirror's own
+// temporary file).
 func (m *Mirror) Close() error {
-	if m.db == nil {
-		return nil
+	err := m.db.Close()
+	if m.temp {
+		if rerr := os.RemoveAll(m.path); err == nil {
+			err = rerr
+		}
 	}
-	return m.db.Close()
+	return err
+}
+
+// clearBuckets deletes every bucket of the file.
+func clearBuckets(tx *bolt.Tx) error {
+	for _, b := range [][]byte{mirrorMeta, mirrorRecs, mirrorKids, mirrorCounts, mirrorZero} {
+		if tx.Bucket(b) != nil {
+			if err := tx.DeleteBucket(b); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // Revision returns the etcd revision the mirror is at: 0 before the first
@@ -217,60 +256,202 @@ func (m *Mirror) Revision() int64 { return m.rev }
 func (m *Mirror) Stats() MirrorStats { return m.stats }
 
 // Records returns the number of reference records the mirror holds.
-func (m *Mirror) Records() int { return len(m.recs) }
+func (m *Mirror) Records() int { return int(m.nrecs) }
 
 // Discard empties the mirror and its file: the next Sync rebuilds it.
 // Errors: the file could not be written (ErrMirror).
 func (m *Mirror) Discard() error {
-	for k := range m.recs {
-		m.dirtyRecs[k] = true
-	}
-	for k := range m.kids {
-		m.dirtyKids[k] = true
-	}
-	for k := range m.zeroed {
-		m.dirtyZero[k] = true
-	}
-	dr, dk, dz := m.dirtyRecs, m.dirtyKids, m.dirtyZero
 	m.reset()
-	m.dirtyRecs, m.dirtyKids, m.dirtyZero = dr, dk, dz
-	return m.persist()
+	return m.writeHeader(true)
 }
 
-func (m *Mirror) reset() {
-	m.rev, m.cluster, m.sum, m.gap, m.listed = 0, 0, 0, 0, 0
-	m.recs = map[string][]byte{}
-	m.kids = map[string][]string{}
-	m.counts = map[string]int{}
-	m.names = map[string]string{}
-	m.parts = map[keys.Digest]objPart{}
-	m.dirtyRecs = map[string]bool{}
-	m.dirtyKids = map[string]bool{}
-	m.zeroed = map[string]int64{}
-	m.dirtyZero = map[string]bool{}
-	m.ended = nil
-}
-
-// Live calls fn for every bucket key the mirror counts as referenced, in key
-// order, with its count, which is the walk's. It stops at fn's error.
-func (m *Mirror) Live(fn func(cairn.BlobReference) error) error {
-	ks := make([]string, 0, len(m.counts))
-	for k := range m.counts {
-		if !isNode(k) {
-			ks = append(ks, k)
+// writeHeader writes the header in a transaction of its own, after emptying
+// the file if clear is set. Errors: ErrMirror.
+func (m *Mirror) writeHeader(clear bool) error {
+	if err := m.db.Update(func(tx *bolt.Tx) error {
+		if clear {
+			if err := clearBuckets(tx); err != nil {
+				return err
+			}
 		}
-	}
-	slices.Sort(ks)
-	for _, k := range ks {
-		if err := fn(cairn.BlobReference{Key: k, References: m.counts[k]}); err != nil {
+		b, err := tx.CreateBucketIfNotExists(mirrorMeta)
+		if err != nil {
 			return err
 		}
+		return b.Put([]byte("header"), m.header())
+	}); err != nil {
+		return fmt.Errorf("%w: write %s: %w", ErrMirror, m.path, err)
 	}
 	return nil
 }
 
+func (m *Mirror) reset() {
+	m.rev, m.cluster, m.gap, m.listed = 0, 0, 0, 0
+	m.nrecs, m.rsum, m.ncounts, m.csum, m.nkids = 0, 0, 0, 0, 0
+	m.clearOverlay()
+	m.zeroed = map[string]int64{}
+	m.dirtyZero = map[string]bool{}
+	m.ended = nil
+	m.readErr = nil
+}
+
+// clearOverlay forgets what the current sync changed.
+func (m *Mirror) clearOverlay() {
+	m.ovRecs = map[string]ovRec{}
+	m.ovCounts = map[string]int{}
+	m.ovKids = map[string]ovKids{}
+	m.parts = map[keys.Digest]objPart{}
+}
+
+// An ovRec is a record as the current sync left it (ok false: removed).
+type ovRec struct {
+	v  []byte
+	ok bool
+}
+
+// An ovKids is a node's children as the current sync left them (ok false:
+// the node is no longer live).
+type ovKids struct {
+	ks []string
+	ok bool
+}
+
+// look returns a copy of the body of key k in the file's bucket b, or false
+// if it has none, reading in the sync's read transaction if there is one. A
+// value that fails its checksum is reported as absent and recorded in
+// readErr (the sync then fails and the file is rebuilt).
+func (m *Mirror) look(b []byte, k string) ([]byte, bool) {
+	var out []byte
+	var ok bool
+	get := func(tx *bolt.Tx) error {
+		bk := tx.Bucket(b)
+		if bk == nil {
+			return nil
+		}
+		v := bk.Get([]byte(k))
+		if v == nil {
+			return nil
+		}
+		body, good := unseal(v)
+		if !good {
+			m.readErr = fmt.Errorf("%w: %s: a %s entry fails its checksum", ErrMirror, m.path, b)
+			return nil
+		}
+		out, ok = bytes.Clone(body), true
+		return nil
+	}
+	if m.rtx != nil {
+		_ = get(m.rtx)
+	} else if err := m.db.View(get); err != nil {
+		m.readErr = fmt.Errorf("%w: read %s: %w", ErrMirror, m.path, err)
+	}
+	return out, ok
+}
+
+// rec returns the record key (nil: none).
+func (m *Mirror) rec(key string) []byte {
+	if o, ok := m.ovRecs[key]; ok {
+		return o.v
+	}
+	v, _ := m.look(mirrorRecs, key)
+	return v
+}
+
+// kidsOf returns the children of the live node k, or false if it is not live.
+func (m *Mirror) kidsOf(k string) ([]string, bool) {
+	if o, ok := m.ovKids[k]; ok {
+		return o.ks, o.ok
+	}
+	v, ok := m.look(mirrorKids, k)
+	if !ok {
+		return nil, false
+	}
+	ks, ok := decodeKidsBody(v)
+	if !ok {
+		m.readErr = fmt.Errorf("%w: %s: a node's children do not decode", ErrMirror, m.path)
+	}
+	return ks, ok
+}
+
+// setCount sets the count of k to n (0: not counted).
+func (m *Mirror) setCount(k string, n int) { m.ovCounts[k] = n }
+
+// Live calls fn for every bucket key the mirror counts as referenced, in key
+// order, with its count, which is the walk's. It stops at fn's error. It
+// reads the counts from the file in pages, holding no transaction while fn
+// runs. Errors: fn's, or the file could not be read (ErrMirror).
+func (m *Mirror) Live(fn func(cairn.BlobReference) error) error {
+	ov := slices.Sorted(maps.Keys(m.ovCounts))
+	from := []byte{1} // node ids start with 0; bucket keys after them
+	for {
+		var page []cairn.BlobReference
+		var next []byte
+		err := m.db.View(func(tx *bolt.Tx) error {
+			b := tx.Bucket(mirrorCounts)
+			if b == nil {
+				return nil
+			}
+			c := b.Cursor()
+			for k, v := c.Seek(from); k != nil; k, v = c.Next() {
+				if len(page) == livePage {
+					next = bytes.Clone(k)
+					return nil
+				}
+				n, ok := decodeCount(v)
+				if !ok {
+					return fmt.Errorf("%w: %s: a count fails its checksum", ErrMirror, m.path)
+				}
+				page = append(page, cairn.BlobReference{Key: string(k), References: n})
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		// Merge what the current sync changed (before next, or all of it on
+		// the last page).
+		var merged []cairn.BlobReference
+		for _, r := range page {
+			for len(ov) > 0 && ov[0] < r.Key && (next == nil || ov[0] < string(next)) {
+				if k := ov[0]; !isNode(k) && m.ovCounts[k] > 0 {
+					merged = append(merged, cairn.BlobReference{Key: k, References: m.ovCounts[k]})
+				}
+				ov = ov[1:]
+			}
+			if n, ok := m.ovCounts[r.Key]; ok {
+				if len(ov) > 0 && ov[0] == r.Key {
+					ov = ov[1:]
+				}
+				if n == 0 {
+					continue
+				}
+				r.References = n
+			}
+			merged = append(merged, r)
+		}
+		for len(ov) > 0 && (next == nil || ov[0] < string(next)) {
+			if k := ov[0]; !isNode(k) && m.ovCounts[k] > 0 {
+				merged = append(merged, cairn.BlobReference{Key: k, References: m.ovCounts[k]})
+			}
+			ov = ov[1:]
+		}
+		for _, r := range merged {
+			if err := fn(r); err != nil {
+				return err
+			}
+		}
+		if next == nil {
+			return nil
+		}
+		from = next
+	}
+}
+
+// livePage is how many counts Live reads in one transaction.
+const livePage = 4096
+
 // Referenced reports whether the mirror counts key as referenced.
-func (m *Mirror) Referenced(key string) bool { return m.counts[key] > 0 }
+func (m *Mirror) Referenced(key string) bool { return m.Count(key) > 0 }
 
 // Zeroed returns, sorted, the bucket keys whose count fell to zero, or whose
 // claim ended, that no Settle has settled since, and that are unreferenced
@@ -281,7 +462,7 @@ func (m *Mirror) Referenced(key string) bool { return m.counts[key] > 0 }
 func (m *Mirror) Zeroed() []string {
 	var out []string
 	for k := range m.zeroed {
-		if m.counts[k] == 0 {
+		if m.Count(k) == 0 {
 			out = append(out, k)
 		}
 	}
@@ -314,19 +495,7 @@ func (m *Mirror) SetListed(rev int64) error {
 		return nil
 	}
 	m.listed = rev
-	if m.db == nil {
-		return nil
-	}
-	if err := m.db.Update(func(tx *bolt.Tx) error {
-		b, err := tx.CreateBucketIfNotExists(mirrorMeta)
-		if err != nil {
-			return err
-		}
-		return b.Put([]byte("header"), m.header())
-	}); err != nil {
-		return fmt.Errorf("%w: write %s: %w", ErrMirror, m.path, err)
-	}
-	return nil
+	return m.writeHeader(false)
 }
 
 // SetReadRate limits the objects the mirror reads from the bucket to perSecond
@@ -357,8 +526,27 @@ func (m *Mirror) pace(ctx context.Context, n int) error {
 	return nil
 }
 
-// Count returns the number of references the mirror counts for key.
-func (m *Mirror) Count(key string) int { return m.counts[key] }
+// Count returns the number of references the mirror counts for key. A count
+// that fails its checksum in the file is reported as 1 (referenced: it can
+// only keep garbage) and fails the next Sync, which then rebuilds.
+func (m *Mirror) Count(key string) int {
+	if n, ok := m.ovCounts[key]; ok {
+		return n
+	}
+	v, ok := m.look(mirrorCounts, key)
+	if !ok {
+		if m.readErr != nil {
+			return 1
+		}
+		return 0
+	}
+	n, ok := decodeCountBody(v)
+	if !ok {
+		m.readErr = fmt.Errorf("%w: %s: a count does not decode", ErrMirror, m.path)
+		return 1
+	}
+	return n
+}
 
 // Settle forgets the zeroed keys among keys that a sweep has decided on with
 // a read at revision rev (each was found referenced, claimed, with a GC
@@ -380,7 +568,7 @@ func (m *Mirror) Settle(keys []string, rev int64) error {
 		forget(k)
 	}
 	for k := range m.zeroed {
-		if m.counts[k] > 0 {
+		if m.Count(k) > 0 {
 			forget(k)
 		}
 	}
@@ -388,15 +576,6 @@ func (m *Mirror) Settle(keys []string, rev int64) error {
 		return nil
 	}
 	return m.persistSettled()
-}
-
-// name returns the interned copy of k.
-func (m *Mirror) name(k string) string {
-	if v, ok := m.names[k]; ok {
-		return v
-	}
-	m.names[k] = k
-	return k
 }
 
 // Node ids: a byte 0, the role, the digest. Bucket keys never start with 0.
@@ -432,7 +611,7 @@ func (m *Mirror) edges(key string, v []byte) ([]string, error) {
 		}
 		out := make([]string, 0, len(val)/keys.DigestLen)
 		for i := 0; i < len(val); i += keys.DigestLen {
-			out = append(out, m.name(keys.BlobKey(shard, keys.Digest(val[i:i+keys.DigestLen]))))
+			out = append(out, keys.BlobKey(shard, keys.Digest(val[i:i+keys.DigestLen])))
 		}
 		return out, nil
 	case shard == keys.RootShard || shard == keys.TranscriptShard:
@@ -443,7 +622,7 @@ func (m *Mirror) edges(key string, v []byte) ([]string, error) {
 		if shard == keys.TranscriptShard {
 			role = nodeTranscript
 		}
-		return []string{m.name(nodeID(role, keys.Digest(val)))}, nil
+		return []string{nodeID(role, keys.Digest(val))}, nil
 	}
 	return nil, nil // a shard the walk does not read
 }
@@ -545,20 +724,10 @@ type change map[string][]byte
 // setRecord sets (v non-nil) or removes the record key, remembering its
 // value before the sync in ch.
 func (m *Mirror) setRecord(ch change, key string, v []byte) {
-	old, had := m.recs[key]
 	if _, seen := ch[key]; !seen {
-		ch[key] = old
+		ch[key] = m.rec(key)
 	}
-	if had {
-		m.sum ^= recHash(key, old)
-	}
-	if v == nil {
-		delete(m.recs, key)
-	} else {
-		m.recs[key] = v
-		m.sum ^= recHash(key, v)
-	}
-	m.dirtyRecs[key] = true
+	m.ovRecs[key] = ovRec{v: v, ok: v != nil}
 }
 
 func recHash(key string, v []byte) uint64 {
@@ -576,7 +745,7 @@ func recHash(key string, v []byte) uint64 {
 func (m *Mirror) apply(ctx context.Context, ch change) error {
 	var adds, dels []string
 	for key, old := range ch {
-		now := m.recs[key]
+		now := m.rec(key)
 		if bytes.Equal(old, now) {
 			continue
 		}
@@ -589,7 +758,7 @@ func (m *Mirror) apply(ctx context.Context, ch change) error {
 			return err
 		}
 		if m.broken.forkShort {
-			a = slices.DeleteFunc(a, func(e string) bool { return isNode(e) && e[1] == nodeRoot && m.counts[e] > 0 })
+			a = slices.DeleteFunc(a, func(e string) bool { return isNode(e) && e[1] == nodeRoot && m.Count(e) > 0 })
 		}
 		adds = append(adds, a...)
 		dels = append(dels, d...)
@@ -605,22 +774,25 @@ func (m *Mirror) apply(ctx context.Context, ch change) error {
 	for len(dels) > 0 {
 		k := dels[len(dels)-1]
 		dels = dels[:len(dels)-1]
-		n := m.counts[k]
+		n := m.Count(k)
 		if n == 0 {
 			continue // not counted: cannot happen while the counts are exact
 		}
 		if isNode(k) {
-			dels = append(dels, m.kids[k]...)
+			// Children are read from the file only here and when a node
+			// becomes live; a node's count above 1 still passes the fall
+			// to its children, so that a child's count stays the sum of
+			// its parents'.
+			ks, _ := m.kidsOf(k)
+			dels = append(dels, ks...)
 		}
 		if n > 1 {
-			m.counts[k] = n - 1
+			m.setCount(k, n-1)
 			continue
 		}
-		delete(m.counts, k)
-		delete(m.names, k)
+		m.setCount(k, 0)
 		if isNode(k) {
-			delete(m.kids, k)
-			m.dirtyKids[k] = true
+			m.ovKids[k] = ovKids{}
 		} else {
 			m.zeroed[k] = m.rev
 			m.dirtyZero[k] = true
@@ -637,12 +809,11 @@ func (m *Mirror) add(ctx context.Context, ks []string) error {
 	for len(ks) > 0 {
 		var fresh []string
 		for _, k := range ks {
-			m.counts[k]++
-			if isNode(k) {
-				if _, ok := m.kids[k]; !ok {
-					m.kids[k] = nil // read below
-					fresh = append(fresh, k)
-				}
+			n := m.Count(k)
+			m.setCount(k, n+1)
+			if isNode(k) && n == 0 {
+				m.ovKids[k] = ovKids{ok: true} // read below
+				fresh = append(fresh, k)
 			}
 		}
 		got, err := m.read(ctx, fresh)
@@ -650,16 +821,13 @@ func (m *Mirror) add(ctx context.Context, ks []string) error {
 			return fmt.Errorf("etcdstore: mirror: read the objects of new roots: %w", err)
 		}
 		for i, k := range fresh {
-			for j, c := range got[i] {
-				got[i][j] = m.name(c)
-			}
-			m.kids[k] = got[i]
-			m.dirtyKids[k] = true
+			m.ovKids[k] = ovKids{ks: got[i], ok: true}
 		}
 		var next []string
 		for _, k := range ks {
 			if isNode(k) {
-				next = append(next, m.kids[k]...)
+				c, _ := m.kidsOf(k)
+				next = append(next, c...)
 			}
 		}
 		ks = next
@@ -687,6 +855,12 @@ func (m *Mirror) Sync(ctx context.Context) (int64, error) {
 		m.reset()
 	}
 	m.cluster = cluster
+	rtx, err := m.db.Begin(false)
+	if err != nil {
+		return m.rev, fmt.Errorf("%w: read %s: %w", ErrMirror, m.path, err)
+	}
+	m.rtx = rtx
+	defer m.endRead()
 	ch := change{}
 	if m.rev == 0 {
 		m.stats.Rebuilds++
@@ -701,6 +875,10 @@ func (m *Mirror) Sync(ctx context.Context) (int64, error) {
 	if err := m.apply(ctx, ch); err != nil {
 		return m.abandon(err)
 	}
+	if m.readErr != nil {
+		return m.abandon(m.readErr)
+	}
+	m.endRead() // a write transaction may grow the file's map
 	if err := m.persist(); err != nil {
 		return m.abandon(err)
 	}
@@ -710,13 +888,25 @@ func (m *Mirror) Sync(ctx context.Context) (int64, error) {
 // abandon drops what a failed sync changed in memory by reloading the
 // persisted state (or, without a file, starting empty).
 func (m *Mirror) abandon(err error) (int64, error) {
+	m.endRead()
+	bad := m.readErr != nil
 	m.reset()
-	if m.db != nil {
-		if why := m.load(); why != "" {
-			m.reset()
+	if why := m.load(false); why != "" || bad {
+		// A file that fails its checks is emptied: the next sync rebuilds.
+		m.reset()
+		if derr := m.Discard(); derr != nil {
+			m.s.log.Warn("etcdstore: mirror file could not be emptied", "path", m.path, "err", derr)
 		}
 	}
 	return m.rev, err
+}
+
+// endRead ends the sync's read transaction, if any.
+func (m *Mirror) endRead() {
+	if m.rtx != nil {
+		_ = m.rtx.Rollback()
+		m.rtx = nil
+	}
 }
 
 // current returns the store's current revision and cluster id, from a read of
@@ -733,12 +923,12 @@ func (m *Mirror) current(ctx context.Context) (int64, uint64, error) {
 // sets the mirror to them.
 func (m *Mirror) relist(ctx context.Context, ch change, rev int64) error {
 	m.stats.Relists++
-	seen := make(map[string]bool, len(m.recs))
+	seen := map[string]bool{}
 	err := m.s.scanAt(ctx, &rev, m.s.layout.Refs(), func(kv *mvccpb.KeyValue) error {
 		k := string(kv.Key)
 		seen[k] = true
 		v := recValue(kv)
-		if old, ok := m.recs[k]; !ok || !bytes.Equal(old, v) {
+		if old := m.rec(k); old == nil || !bytes.Equal(old, v) {
 			m.setRecord(ch, k, v)
 		}
 		return nil
@@ -746,10 +936,24 @@ func (m *Mirror) relist(ctx context.Context, ch change, rev int64) error {
 	if err != nil {
 		return fmt.Errorf("etcdstore: mirror: read the reference records at revision %d: %w", rev, err)
 	}
-	for k := range m.recs {
-		if !seen[k] {
-			m.setRecord(ch, k, nil)
+	var gone []string
+	if b := m.rtx.Bucket(mirrorRecs); b != nil {
+		if err := b.ForEach(func(k, _ []byte) error {
+			if !seen[string(k)] {
+				gone = append(gone, string(k))
+			}
+			return nil
+		}); err != nil {
+			return fmt.Errorf("%w: read %s: %w", ErrMirror, m.path, err)
 		}
+	}
+	for k, o := range m.ovRecs {
+		if o.ok && !seen[k] {
+			gone = append(gone, k)
+		}
+	}
+	for _, k := range gone {
+		m.setRecord(ch, k, nil)
 	}
 	m.rev, m.gap = rev, rev
 	return nil
@@ -837,7 +1041,7 @@ func (m *Mirror) follow(ctx context.Context, ch change, target int64) error {
 				continue
 			}
 			if ev.Type == clientv3.EventTypeDelete {
-				if _, ok := m.recs[k]; ok {
+				if m.rec(k) != nil {
 					m.setRecord(ch, k, nil)
 				}
 			} else {
@@ -874,11 +1078,41 @@ func (m *Mirror) header() []byte {
 	b = append(b, m.s.prefix...)
 	b = binary.BigEndian.AppendUint64(b, m.cluster)
 	b = binary.BigEndian.AppendUint64(b, uint64(m.rev))
-	b = binary.BigEndian.AppendUint64(b, uint64(len(m.recs)))
-	b = binary.BigEndian.AppendUint64(b, m.sum)
+	b = binary.BigEndian.AppendUint64(b, m.nrecs)
+	b = binary.BigEndian.AppendUint64(b, m.rsum)
 	b = binary.BigEndian.AppendUint64(b, uint64(m.gap))
 	b = binary.BigEndian.AppendUint64(b, uint64(m.listed))
+	b = binary.BigEndian.AppendUint64(b, m.ncounts)
+	b = binary.BigEndian.AppendUint64(b, m.csum)
+	b = binary.BigEndian.AppendUint64(b, m.nkids)
 	return sealed(b)
+}
+
+// headerLen is the length of a header after its prefix.
+const headerLen = 72
+
+func encodeCount(n int) []byte { return sealed(binary.AppendUvarint(nil, uint64(n))) }
+
+// decodeCount decodes a sealed count.
+func decodeCount(v []byte) (int, bool) {
+	b, ok := unseal(v)
+	if !ok {
+		return 0, false
+	}
+	return decodeCountBody(b)
+}
+
+func decodeCountBody(b []byte) (int, bool) {
+	n, w := binary.Uvarint(b)
+	if w <= 0 || w != len(b) || n == 0 || n > 1<<40 {
+		return 0, false
+	}
+	return int(n), true
+}
+
+// countHash is the hash of a count entry, as recHash of a record's.
+func countHash(key string, n int) uint64 {
+	return recHash(key, binary.AppendUvarint(nil, uint64(n)))
 }
 
 func encodeKids(ks []string) []byte {
@@ -895,6 +1129,10 @@ func decodeKids(v []byte) ([]string, bool) {
 	if !ok {
 		return nil, false
 	}
+	return decodeKidsBody(b)
+}
+
+func decodeKidsBody(b []byte) ([]string, bool) {
 	out := []string{}
 	for len(b) > 0 {
 		n, w := binary.Uvarint(b)
@@ -907,69 +1145,88 @@ func decodeKids(v []byte) ([]string, bool) {
 	return out, true
 }
 
-// persist writes what changed and the revision in one transaction.
+// persist writes what the sync changed (the overlay) and the revision in one
+// transaction, keeping the header's summary of the records, counts and
+// children in step with what it writes; the overlay is then dropped.
 func (m *Mirror) persist() error {
-	defer func() {
-		m.dirtyRecs = map[string]bool{}
-		m.dirtyKids = map[string]bool{}
-		m.dirtyZero = map[string]bool{}
-	}()
-	if m.db == nil {
-		return nil
-	}
+	nrecs, rsum, ncounts, csum, nkids := m.nrecs, m.rsum, m.ncounts, m.csum, m.nkids
 	err := m.db.Update(func(tx *bolt.Tx) error {
-		bs := make([]*bolt.Bucket, 4)
-		for i, name := range [][]byte{mirrorMeta, mirrorRecs, mirrorKids, mirrorZero} {
+		bs := make([]*bolt.Bucket, 5)
+		for i, name := range [][]byte{mirrorMeta, mirrorRecs, mirrorKids, mirrorCounts, mirrorZero} {
 			b, err := tx.CreateBucketIfNotExists(name)
 			if err != nil {
 				return err
 			}
 			bs[i] = b
 		}
-		err := writeDirty(bs[1], m.dirtyRecs, func(k string) ([]byte, bool) {
-			v, ok := m.recs[k]
-			return sealed(v), ok
+		err := writeBack(bs[1], m.ovRecs, func(k string, old []byte) {
+			if body, ok := unseal(old); ok {
+				m.rsum ^= recHash(k, body)
+			}
+			m.nrecs--
+		}, func(k string, o ovRec) ([]byte, bool) {
+			if !o.ok {
+				return nil, false
+			}
+			m.rsum ^= recHash(k, o.v)
+			m.nrecs++
+			return sealed(o.v), true
 		})
 		if err != nil {
 			return err
 		}
-		err = writeDirty(bs[2], m.dirtyKids, func(k string) ([]byte, bool) {
-			ks, ok := m.kids[k]
-			return encodeKids(ks), ok
+		err = writeBack(bs[2], m.ovKids, func(string, []byte) { m.nkids-- }, func(_ string, o ovKids) ([]byte, bool) {
+			if !o.ok {
+				return nil, false
+			}
+			m.nkids++
+			return encodeKids(o.ks), true
 		})
 		if err != nil {
 			return err
 		}
-		if err := m.writeZeroed(bs[3]); err != nil {
+		err = writeBack(bs[3], m.ovCounts, func(k string, old []byte) {
+			if n, ok := decodeCount(old); ok {
+				m.csum ^= countHash(k, n)
+			}
+			m.ncounts--
+		}, func(k string, n int) ([]byte, bool) {
+			if n == 0 {
+				return nil, false
+			}
+			m.csum ^= countHash(k, n)
+			m.ncounts++
+			return encodeCount(n), !m.broken.dropCount
+		})
+		if err != nil {
+			return err
+		}
+		if err := m.writeZeroed(bs[4]); err != nil {
 			return err
 		}
 		return bs[0].Put([]byte("header"), m.header())
 	})
+	m.dirtyZero = map[string]bool{}
 	if err != nil {
+		m.nrecs, m.rsum, m.ncounts, m.csum, m.nkids = nrecs, rsum, ncounts, csum, nkids
 		return fmt.Errorf("%w: write %s: %w", ErrMirror, m.path, err)
 	}
+	m.clearOverlay()
 	return nil
 }
 
-// writeZeroed writes the changed zeroed keys into b.
-func (m *Mirror) writeZeroed(b *bolt.Bucket) error {
-	if m.broken.forgetZeroed {
-		return nil
-	}
-	return writeDirty(b, m.dirtyZero, func(k string) ([]byte, bool) {
-		at, ok := m.zeroed[k]
-		return sealed(binary.BigEndian.AppendUint64(nil, uint64(at))), ok
-	})
-}
-
-// writeDirty puts into b the value of each dirty key, or deletes the key when
-// value reports none. Keys go in order: bbolt keeps a transaction's inserts in
-// one node until commit, so keys in map order cost a copy of that node each (a
-// cold build of n records was quadratic).
-func writeDirty(b *bolt.Bucket, dirty map[string]bool, value func(k string) ([]byte, bool)) error {
-	for _, k := range slices.Sorted(maps.Keys(dirty)) {
+// writeBack writes the overlay ov into b in key order (bbolt keeps a
+// transaction's inserts in one node until commit, so keys in map order cost
+// a copy of that node each: a cold build was quadratic): for each key, gone
+// is told the value it replaces, if any, and value gives the new one, or
+// false to delete the key.
+func writeBack[V any](b *bolt.Bucket, ov map[string]V, gone func(k string, old []byte), value func(k string, v V) ([]byte, bool)) error {
+	for _, k := range slices.Sorted(maps.Keys(ov)) {
+		if old := b.Get([]byte(k)); old != nil {
+			gone(k, old)
+		}
 		var err error
-		if v, ok := value(k); ok {
+		if v, ok := value(k, ov[k]); ok {
 			err = b.Put([]byte(k), v)
 		} else {
 			err = b.Delete([]byte(k))
@@ -981,12 +1238,20 @@ func writeDirty(b *bolt.Bucket, dirty map[string]bool, value func(k string) ([]b
 	return nil
 }
 
+// writeZeroed writes the changed zeroed keys into b.
+func (m *Mirror) writeZeroed(b *bolt.Bucket) error {
+	if m.broken.forgetZeroed {
+		return nil
+	}
+	return writeBack(b, m.dirtyZero, func(string, []byte) {}, func(k string, _ bool) ([]byte, bool) {
+		at, ok := m.zeroed[k]
+		return sealed(binary.BigEndian.AppendUint64(nil, uint64(at))), ok
+	})
+}
+
 // persistSettled writes the zeroed keys that Settle removed.
 func (m *Mirror) persistSettled() error {
 	defer func() { m.dirtyZero = map[string]bool{} }()
-	if m.db == nil {
-		return nil
-	}
 	err := m.db.Update(func(tx *bolt.Tx) error {
 		b, err := tx.CreateBucketIfNotExists(mirrorZero)
 		if err != nil {
@@ -1000,15 +1265,21 @@ func (m *Mirror) persistSettled() error {
 	return nil
 }
 
-// load reads the file into the mirror and counts from it, with no etcd or
-// bucket read. It returns why the file cannot be used, or "" (an empty file is
-// used: the next Sync builds it).
-func (m *Mirror) load() string {
+// load reads the file's header and zeroed keys into the mirror and checks
+// the rest in one streamed pass, with no etcd or bucket read and nothing of
+// it kept in the heap: every record, count and node's children passes its
+// checksum, the records decode, the number and XOR of hashes of the records
+// and of the counts are the header's, every counted node has its children
+// and every node with children is counted. It returns why the file cannot be
+// used, or "" (an empty file is used: the next Sync builds it). Without
+// verify it reads the header and zeroed keys only: a sync that failed
+// before its write left the file as the last open (or sync) checked it.
+func (m *Mirror) load(verify bool) string {
 	why := ""
 	err := m.db.View(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(mirrorMeta)
 		if meta == nil {
-			if tx.Bucket(mirrorRecs) != nil || tx.Bucket(mirrorKids) != nil {
+			if tx.Bucket(mirrorRecs) != nil || tx.Bucket(mirrorKids) != nil || tx.Bucket(mirrorCounts) != nil {
 				why = "no header"
 			}
 			return nil
@@ -1024,7 +1295,7 @@ func (m *Mirror) load() string {
 		}
 		h = h[4:]
 		n, w := binary.Uvarint(h)
-		if w <= 0 || uint64(len(h)-w) < n || len(h)-w-int(n) != 48 {
+		if w <= 0 || uint64(len(h)-w) < n || len(h)-w-int(n) != headerLen {
 			why = "header length"
 			return nil
 		}
@@ -1035,43 +1306,18 @@ func (m *Mirror) load() string {
 		h = h[w+int(n):]
 		m.cluster = binary.BigEndian.Uint64(h)
 		m.rev = int64(binary.BigEndian.Uint64(h[8:]))
-		nrecs := binary.BigEndian.Uint64(h[16:])
-		sum := binary.BigEndian.Uint64(h[24:])
+		m.nrecs = binary.BigEndian.Uint64(h[16:])
+		m.rsum = binary.BigEndian.Uint64(h[24:])
 		m.gap = int64(binary.BigEndian.Uint64(h[32:]))
 		m.listed = int64(binary.BigEndian.Uint64(h[40:]))
-		if recs := tx.Bucket(mirrorRecs); recs != nil {
-			if err := recs.ForEach(func(k, v []byte) error {
-				body, ok := unseal(v)
-				if !ok {
-					return errors.New("record checksum")
-				}
-				m.recs[string(k)] = bytes.Clone(body)
-				m.sum ^= recHash(string(k), body)
-				return nil
-			}); err != nil {
-				why = err.Error()
-				return nil
-			}
+		m.ncounts = binary.BigEndian.Uint64(h[48:])
+		m.csum = binary.BigEndian.Uint64(h[56:])
+		m.nkids = binary.BigEndian.Uint64(h[64:])
+		if verify {
+			why = m.check(tx)
 		}
-		if uint64(len(m.recs)) != nrecs || m.sum != sum {
-			why = fmt.Sprintf("records truncated or changed (%d of %d)", len(m.recs), nrecs)
+		if why != "" {
 			return nil
-		}
-		if kids := tx.Bucket(mirrorKids); kids != nil {
-			if err := kids.ForEach(func(k, v []byte) error {
-				ks, ok := decodeKids(v)
-				if !ok || !isNode(string(k)) || len(k) != 2+keys.DigestLen {
-					return errors.New("node checksum")
-				}
-				for j, c := range ks {
-					ks[j] = m.name(c)
-				}
-				m.kids[m.name(string(k))] = ks
-				return nil
-			}); err != nil {
-				why = err.Error()
-				return nil
-			}
 		}
 		if zero := tx.Bucket(mirrorZero); zero != nil {
 			if err := zero.ForEach(func(k, v []byte) error {
@@ -1090,40 +1336,68 @@ func (m *Mirror) load() string {
 	if err != nil {
 		return err.Error()
 	}
-	if why != "" {
-		return why
-	}
-	return m.recount()
+	return why
 }
 
-// recount derives every count from the records and the kept children alone.
-// A live node whose children are missing from the file makes the file
-// unusable.
-func (m *Mirror) recount() string {
-	var stack []string
-	for k, v := range m.recs {
-		es, err := m.edges(k, v)
-		if err != nil {
+// check streams the records, counts and children of the file against the
+// header (see load).
+func (m *Mirror) check(tx *bolt.Tx) string {
+	var nrecs, rsum, ncounts, csum, nkids, nodes uint64
+	recs, counts, kids := tx.Bucket(mirrorRecs), tx.Bucket(mirrorCounts), tx.Bucket(mirrorKids)
+	if recs != nil {
+		if err := recs.ForEach(func(k, v []byte) error {
+			body, ok := unseal(v)
+			if !ok {
+				return errors.New("record checksum")
+			}
+			if _, err := m.edges(string(k), body); err != nil {
+				return err
+			}
+			nrecs++
+			rsum ^= recHash(string(k), body)
+			return nil
+		}); err != nil {
 			return err.Error()
 		}
-		stack = append(stack, es...)
 	}
-	for len(stack) > 0 {
-		k := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		m.counts[k]++
-		if isNode(k) {
-			ks, ok := m.kids[k]
-			if !ok {
-				return "a live node's objects are missing"
+	if nrecs != m.nrecs || rsum != m.rsum {
+		return fmt.Sprintf("records truncated or changed (%d of %d)", nrecs, m.nrecs)
+	}
+	if counts != nil {
+		if err := counts.ForEach(func(k, v []byte) error {
+			n, ok := decodeCount(v)
+			if !ok && !m.broken.trustCounts {
+				return errors.New("count checksum")
 			}
-			stack = append(stack, ks...)
+			ncounts++
+			csum ^= countHash(string(k), n)
+			if isNode(string(k)) {
+				nodes++
+				if kids == nil || kids.Get(k) == nil {
+					return errors.New("a live node's objects are missing")
+				}
+			}
+			return nil
+		}); err != nil {
+			return err.Error()
 		}
 	}
-	for k := range m.kids {
-		if m.counts[k] == 0 {
-			return "a node without a count"
+	if (ncounts != m.ncounts || csum != m.csum) && !m.broken.trustCounts {
+		return fmt.Sprintf("counts truncated or changed (%d of %d)", ncounts, m.ncounts)
+	}
+	if kids != nil {
+		if err := kids.ForEach(func(k, v []byte) error {
+			if _, ok := decodeKids(v); !ok || !isNode(string(k)) || len(k) != 2+keys.DigestLen {
+				return errors.New("node checksum")
+			}
+			nkids++
+			return nil
+		}); err != nil {
+			return err.Error()
 		}
+	}
+	if nkids != m.nkids || nkids != nodes {
+		return fmt.Sprintf("a node without a count (%d nodes with children, %d counted, %d written)", nkids, nodes, m.nkids)
 	}
 	return ""
 }

@@ -59,7 +59,7 @@ func fuzzMirrorStore(prefix string) *Store {
 }
 
 // FuzzMirrorLoad writes a mirror file of one header, one record and one
-// node's children, each from the fuzzer, and opens it: OpenMirror must not
+// node's children, each from the fuzzer, and that node's count, and opens it: OpenMirror must not
 // panic or fail (a file it cannot use is discarded and rebuilt); a file it
 // uses must hold what it says: the record count the header gives, every
 // counted node's children, and reopening gives the same state.
@@ -75,7 +75,8 @@ func FuzzMirrorLoad(f *testing.F) {
 	// A valid file's header, built as persist builds it.
 	m := &Mirror{s: s}
 	m.reset()
-	m.setRecord(change{}, string(recKey), recVal)
+	m.nrecs, m.rsum = 1, recHash(string(recKey), recVal)
+	m.ncounts, m.csum, m.nkids = 1, countHash(string(kidKey), 1), 1
 	m.rev, m.cluster = 7, 9
 	h, _ := unseal(m.header())
 	kb, _ := unseal(encodeKids(kids))
@@ -111,7 +112,7 @@ func FuzzMirrorLoad(f *testing.F) {
 			for _, e := range []struct {
 				bucket []byte
 				k, v   []byte
-			}{{mirrorMeta, []byte("header"), header}, {mirrorRecs, rk, rv}, {mirrorKids, kk, kv}} {
+			}{{mirrorMeta, []byte("header"), header}, {mirrorRecs, rk, rv}, {mirrorKids, kk, kv}, {mirrorCounts, kk, encodeCount(1)}} {
 				if !fits(e.k) {
 					continue
 				}
@@ -137,15 +138,11 @@ func FuzzMirrorLoad(f *testing.F) {
 		}
 		st, rev, n := m.Stats(), m.Revision(), m.Records()
 		if st.Discarded != "" {
-			if rev != 0 || n != 0 || len(m.counts) != 0 || len(m.kids) != 0 {
-				t.Fatalf("discarded (%s) but kept revision %d, %d records, %d counts", st.Discarded, rev, n, len(m.counts))
+			if rev != 0 || n != 0 || m.storedEntries() != 0 {
+				t.Fatalf("discarded (%s) but kept revision %d, %d records, %d entries", st.Discarded, rev, n, m.storedEntries())
 			}
-		} else {
-			for k := range m.counts {
-				if _, ok := m.kids[k]; isNode(k) && !ok {
-					t.Fatalf("node %x counted without its children", k)
-				}
-			}
+		} else if why := m.load(true); why != "" {
+			t.Fatalf("a used file fails its own check: %s", why)
 		}
 		if err := m.Close(); err != nil {
 			t.Fatal(err)

@@ -59,11 +59,10 @@ func newMirrorBed(t *testing.T, seed uint64, fault mirrorFault) *mirrorBed {
 
 func (b *mirrorBed) open() {
 	b.e.t.Helper()
-	m, err := b.small.OpenMirror(b.e.ctx, b.path)
+	m, err := b.small.openMirror(b.e.ctx, b.path, b.fault)
 	if err != nil {
 		b.e.t.Fatal(err)
 	}
-	m.broken = b.fault
 	b.m = m
 }
 
@@ -242,7 +241,8 @@ func (b *mirrorBed) step() string {
 	}
 }
 
-// corrupt damages the closed mirror file in one of four ways and reopens it.
+// corrupt damages the closed mirror file in one of eight ways and reopens it
+// (the differential test uses the first four).
 func (b *mirrorBed) corrupt(how int) {
 	t := b.e.t
 	t.Helper()
@@ -276,6 +276,42 @@ func (b *mirrorBed) corrupt(how int) {
 		case 2: // a live node's objects lost
 			if bk, k := pick(mirrorKids); k != nil {
 				return bk.Delete(k)
+			}
+		case 4: // a flipped bit in a count
+			if bk, k := pick(mirrorCounts); k != nil {
+				v := slices.Clone(bk.Get(k))
+				v[0] ^= 1
+				return bk.Put(k, v)
+			}
+		case 5: // a count lost (truncated)
+			if bk, k := pick(mirrorCounts); k != nil {
+				return bk.Delete(k)
+			}
+		case 6: // a blob key's count one too low, with a valid checksum
+			if bk := tx.Bucket(mirrorCounts); bk != nil {
+				k, _ := bk.Cursor().Seek([]byte{1})
+				if k == nil {
+					return nil
+				}
+				k = slices.Clone(k)
+				n, _ := decodeCount(bk.Get(k))
+				if n == 1 {
+					return bk.Delete(k)
+				}
+				return bk.Put(k, encodeCount(n-1))
+			}
+		case 7: // written by format 3: its version, no counts
+			if bk := tx.Bucket(mirrorMeta); bk != nil {
+				h, ok := unseal(slices.Clone(bk.Get([]byte("header"))))
+				if ok {
+					binary.BigEndian.PutUint32(h, 3)
+					if err := bk.Put([]byte("header"), sealed(h)); err != nil {
+						return err
+					}
+				}
+			}
+			if tx.Bucket(mirrorCounts) != nil {
+				return tx.DeleteBucket(mirrorCounts)
 			}
 		case 3: // written by an older format
 			if bk := tx.Bucket(mirrorMeta); bk != nil {
@@ -807,4 +843,112 @@ func TestMirrorReadRate(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%d objects in %v at %d a second", n, took, perSecond)
+}
+
+// storedEntries returns the number of records, counts and nodes' children
+// in m's file.
+func (m *Mirror) storedEntries() int {
+	n := 0
+	_ = m.db.View(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{mirrorRecs, mirrorCounts, mirrorKids} {
+			if bk := tx.Bucket(b); bk != nil {
+				n += bk.Stats().KeyN
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+// corruptAndCheck builds a mirror, damages its file in the way how names
+// (see corrupt), reopens it and syncs: it returns why the file was discarded
+// and the full run's comparison of the synced mirror with the walk.
+func corruptAndCheck(t *testing.T, how int, fault mirrorFault) (string, error) {
+	t.Helper()
+	b := newMirrorBed(t, 21, fault)
+	for range 12 {
+		b.step()
+	}
+	if err := b.check(); err != nil {
+		t.Fatalf("before the damage: %v", err)
+	}
+	b.corrupt(how)
+	return b.m.Stats().Discarded, b.check()
+}
+
+// A file with a damaged or lost count, or written by format 3, is found at
+// open and rebuilt; a mirror that trusts its counts is caught by the full
+// run's comparison.
+func TestMirrorCorruptCounts(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		how  int
+	}{{"flipped bit", 4}, {"count lost", 5}, {"count one too low", 6}, {"format 3", 7}} {
+		t.Run(tc.name, func(t *testing.T) {
+			why, err := corruptAndCheck(t, tc.how, mirrorFault{})
+			if why == "" {
+				t.Fatal("the damaged file was used")
+			}
+			if err != nil {
+				t.Fatalf("discarded (%s), but the rebuilt mirror differs from the walk: %v", why, err)
+			}
+		})
+	}
+	t.Run("broken: counts trusted", func(t *testing.T) {
+		why, err := corruptAndCheck(t, 6, mirrorFault{trustCounts: true})
+		if why == "" && err == nil {
+			t.Fatal("the broken mirror was not caught")
+		}
+		t.Logf("caught: discarded %q, comparison %v", why, err)
+	})
+}
+
+// Each sync writes what it changed back to the file with the revision: the
+// overlay is empty after it, the file passes its own check, and a reopened
+// mirror resumes at the same revision with the same counts. A mirror that
+// drops the counts it writes is caught at the reopen.
+func TestMirrorOverlayWriteBack(t *testing.T) {
+	run := func(t *testing.T, fault mirrorFault) error {
+		t.Helper()
+		b := newMirrorBed(t, 22, fault)
+		for i := range 10 {
+			b.step()
+			rev, err := b.m.Sync(b.e.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := len(b.m.ovRecs) + len(b.m.ovCounts) + len(b.m.ovKids); n != 0 {
+				return fmt.Errorf("step %d: %d overlay entries after the sync", i, n)
+			}
+			var before []cairn.BlobReference
+			if err := b.m.Live(func(r cairn.BlobReference) error { before = append(before, r); return nil }); err != nil {
+				t.Fatal(err)
+			}
+			b.restart()
+			if st := b.m.Stats(); st.Discarded != "" || b.m.Revision() != rev {
+				return fmt.Errorf("step %d: reopened: discarded %q, revision %d, want %d", i, st.Discarded, b.m.Revision(), rev)
+			}
+			var after []cairn.BlobReference
+			if err := b.m.Live(func(r cairn.BlobReference) error { after = append(after, r); return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(before, after) {
+				return fmt.Errorf("step %d: reopened with %d counted keys, had %d", i, len(after), len(before))
+			}
+			if err := b.check(); err != nil {
+				return fmt.Errorf("step %d: %w", i, err)
+			}
+		}
+		return nil
+	}
+	if err := run(t, mirrorFault{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("broken: counts not written", func(t *testing.T) {
+		err := run(t, mirrorFault{dropCount: true})
+		if err == nil {
+			t.Fatal("the broken mirror was not caught")
+		}
+		t.Logf("caught: %v", err)
+	})
 }

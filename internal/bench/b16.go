@@ -100,7 +100,7 @@ func scaleRows(rs []*scaleResult, latency time.Duration) []Row {
 		Target:   "heap ≤ 1 GiB at 10^6 (fit); RSS ≤ 200 MiB at 10^5",
 		Result:   verdict(fit.heap <= 1<<30 && (r.kept < 100_000 || r.rss <= 200<<20)),
 		Notes: []string{
-			fmt.Sprintf("The heap is the mirror's alone (HeapAlloc after a collection, around opening the file and syncing it on restart). The process's RSS (%s, peak %s) also holds the in-process bucket's keys (%s objects; %s written in all, the store's objects on disk), the writing store and the etcd client: it bounds the sweeper's from above. The ratio column is the fitted heap at 10^6 in GiB. %s",
+			fmt.Sprintf("The heap is the mirror's alone: HeapAlloc after a collection with the mirror opened and synced on restart, less HeapAlloc after a collection once it is closed and dropped. The process's RSS (%s, peak %s) also holds the in-process bucket's keys (%s objects; %s written in all, the store's objects on disk), the writing store and the etcd client: it bounds the sweeper's from above. The ratio column is the fitted heap at 10^6 in GiB. %s",
 				fmtLarge(r.rss), fmtLarge(r.hwm), fmtInt(int64(r.bucketObjects)), fmtLarge(r.bucketBytes), fitNote),
 		},
 	}}
