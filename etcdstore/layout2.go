@@ -76,6 +76,7 @@ func (w *newCheckpoint) toObjects(memos *splitMemos, packs bool) error {
 	var refs []refChunk
 	var err error
 	fileRefs := 0 // the reference chunks of the leaves, which come first
+	var from []refFrom
 	if writeRootVersion == objRootTree {
 		var memo *splitMemo
 		cut := func(path string, _ int) bool { return objLeafCut(path) }
@@ -85,7 +86,7 @@ func (w *newCheckpoint) toObjects(memos *splitMemos, packs bool) error {
 		root, objs, refs, memo, err = splitTreeCut(w.c, memos.get(w.c.ThreadID), cut)
 		if err == nil {
 			memos.put(w.c.ThreadID, memo)
-			fileRefs = memo.leafRefs()
+			fileRefs, from = memo.leafRefs(), memo.refsFrom()
 		}
 	} else {
 		root, objs, refs, err = splitCheckpointBodyAt(w.c, writeRootVersion)
@@ -103,7 +104,7 @@ func (w *newCheckpoint) toObjects(memos *splitMemos, packs bool) error {
 		for _, r := range refs {
 			parts = append(parts, r.object)
 		}
-		if w.split, err = newPackSplit(root, parts, fileRefs); err != nil {
+		if w.split, err = newPackSplit(root, parts, fileRefs, from); err != nil {
 			return err
 		}
 	}

@@ -539,7 +539,7 @@ func objEncodeRoot(r *objRoot) []byte {
 		version = objVersion
 	}
 	e.b = append(e.b, objTypeRoot, version)
-	packed := version == objRootPacked || version == objRootCompressed
+	packed := version == objRootPacked || version == objRootCompressed || version == objRootDerived
 	var packIndex map[keys.Digest]int
 	if packed {
 		packIndex = make(map[keys.Digest]int, len(r.packs))
@@ -549,29 +549,38 @@ func objEncodeRoot(r *objRoot) []byte {
 			e.b = append(e.b, d[:]...)
 		}
 	}
-	parts := func(ps []objPart) {
+	parts := func(ps []objPart, refs bool) {
 		e.uint(uint64(len(ps)))
 		for _, p := range ps {
 			e.b = append(e.b, p.digest[:]...)
 			e.uint(uint64(p.n))
+			if refs && version == objRootDerived {
+				// 1 + the leaf a chunk is made from and its bitmap, or 0
+				// and the member's place (packref.go).
+				e.uint(uint64(p.at.from))
+				if p.at.from > 0 {
+					e.b = append(e.b, p.at.pick...)
+					continue
+				}
+			}
 			if packed {
 				e.uint(uint64(packIndex[p.at.pack]))
 				e.uint(uint64(p.at.off))
 				e.uint(uint64(p.at.size))
-				if version == objRootCompressed {
+				if version >= objRootCompressed {
 					e.uint(uint64(p.at.raw))
 				}
 			}
 		}
 	}
-	parts(r.leaves)
+	parts(r.leaves, false)
 	if !r.convPresent {
 		e.b = append(e.b, 0)
 	} else {
 		e.b = append(e.b, 1)
-		parts(r.conv)
+		parts(r.conv, false)
 	}
-	parts(r.refs)
+	parts(r.refs, true)
 	e.artifacts(r.artifacts)
 	return e.b
 }
@@ -581,12 +590,22 @@ func objEncodeRoot(r *objRoot) []byte {
 // (partLoc) and, in a root of version 4 (raw), the member's uncompressed
 // size: 0 (stored as it is) or 2..objMemberMax.
 func objParts(d *decoder, max uint64, packs []keys.Digest, raw bool) []objPart {
+	return objPartsFrom(d, max, packs, raw, nil)
+}
+
+// objPartsFrom is objParts for the reference chunks of a root of version 5
+// when leaves is not nil: after its digest and count, each part gives 1 +
+// the index in leaves of the leaf it is made from and the bitmap of that
+// leaf's entries (validPick), or 0 and then its place as in objParts.
+func objPartsFrom(d *decoder, max uint64, packs []keys.Digest, raw bool, leaves []objPart) []objPart {
 	min := keys.DigestLen + 1
-	if packs != nil {
+	switch {
+	case leaves != nil:
+		min += 2
+	case packs != nil && raw:
+		min += 4
+	case packs != nil:
 		min += 3
-	}
-	if raw {
-		min++
 	}
 	out := make([]objPart, d.count(min))
 	for i := range out {
@@ -604,6 +623,24 @@ func objParts(d *decoder, max uint64, packs []keys.Digest, raw bool) []objPart {
 			return nil
 		}
 		out[i].n = int(n)
+		if leaves != nil {
+			from := d.uint()
+			if d.err != nil || from > uint64(len(leaves)) {
+				d.fail()
+				return nil
+			}
+			if from > 0 {
+				base := leaves[from-1] // a copy: the part does not keep the root's leaves
+				w := (base.n + 7) / 8
+				if len(d.b) < w || !validPick(string(d.b[:w]), base.n, int(n)) {
+					d.fail()
+					return nil
+				}
+				out[i].at = partLoc{from: int(from), pick: string(d.b[:w]), base: &base}
+				d.b = d.b[w:]
+				continue
+			}
+		}
 		if packs != nil {
 			pi, off, size := d.uint(), d.uint(), d.uint()
 			if d.err != nil || pi >= uint64(len(packs)) || off > objPackMax || size < 2 || size > objPackMax-off {
@@ -624,14 +661,14 @@ func objParts(d *decoder, max uint64, packs []keys.Digest, raw bool) []objPart {
 	return out
 }
 
-// objDecodeRoot decodes a root object of any version (1 to 4).
+// objDecodeRoot decodes a root object of any version (1 to 5).
 func objDecodeRoot(b []byte) (objRoot, error) {
-	if len(b) < 2 || b[0] != objTypeRoot || b[1] < objVersion || b[1] > objRootCompressed {
+	if len(b) < 2 || b[0] != objTypeRoot || b[1] < objVersion || b[1] > objRootDerived {
 		return objRoot{}, errCodec
 	}
 	d := decoder{b: b[2:]}
 	r := objRoot{version: b[1]}
-	raw := r.version == objRootCompressed
+	raw := r.version >= objRootCompressed
 	if r.packed() {
 		r.packs = make([]keys.Digest, d.count(keys.DigestLen))
 		for i := range r.packs {
@@ -659,7 +696,14 @@ func objDecodeRoot(b []byte) (objRoot, error) {
 	if d.err != nil {
 		return objRoot{}, errCodec
 	}
-	r.refs = objParts(&d, objRefMax, r.packs, raw)
+	var leaves []objPart
+	if r.version == objRootDerived {
+		leaves = r.leaves
+		if leaves == nil {
+			leaves = []objPart{}
+		}
+	}
+	r.refs = objPartsFrom(&d, objRefMax, r.packs, raw, leaves)
 	if d.err != nil {
 		return objRoot{}, errCodec
 	}

@@ -48,7 +48,7 @@ func FuzzObjectRootDecode(f *testing.F) {
 	for _, r := range refs {
 		objs = append(objs, r.object)
 	}
-	ps, err := newPackSplit(root, objs, len(refs))
+	ps, err := newPackSplit(root, objs, len(refs), nil)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -56,6 +56,22 @@ func FuzzObjectRootDecode(f *testing.F) {
 	writePackVersion = objVersion
 	f.Add(ps.pack(nil).root.data) // version 3
 	writePackVersion = objPackCompressed
+	// A root of version 5: the leaves' reference chunks made from them.
+	tree, tobjs, trefs, memo, err := splitTreeCut(&c, nil, objPackLeafCut)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, r := range trefs {
+		tobjs = append(tobjs, r.object)
+	}
+	tps, err := newPackSplit(tree, tobjs, memo.leafRefs(), memo.refsFrom())
+	if err != nil {
+		f.Fatal(err)
+	}
+	if r, err := objDecodeRoot(tps.pack(nil).root.data); err != nil || r.version != objRootDerived || r.refs[0].at.from == 0 {
+		f.Fatalf("the seed is not a root of version 5 with chunks made from leaves: %v", err)
+	}
+	f.Add(tps.pack(nil).root.data)
 	f.Add(objEncodeRoot(&objRoot{version: objRootPacked, packs: []keys.Digest{{1}, {2}}}))
 	f.Add(objEncodeRoot(&objRoot{}))
 	f.Add(objEncodeRoot(&objRoot{convPresent: true}))

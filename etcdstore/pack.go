@@ -108,12 +108,23 @@ type partLoc struct {
 	// zstd frame (roots of version 4, packz.go); 0 when it is stored as it
 	// is.
 	raw int
+	// from is 1 + the index, in its root's leaves, of the leaf a reference
+	// chunk is made from (root version 5, packref.go), and pick the bitmap
+	// of that leaf's entries whose keys the chunk holds; from is 0 for a
+	// part that is a member or an object of its own.
+	from int
+	pick string
+	// base is that leaf, in a decoded root.
+	base *objPart
 }
+
+// inPack reports whether l is a member of a pack.
+func (l partLoc) inPack() bool { return l.size > 0 }
 
 // packed reports whether r is a packed root (version 3 or 4): its parts
 // are members of the packs r.packs.
 func (r *objRoot) packed() bool {
-	return r.version == objRootPacked || r.version == objRootCompressed
+	return r.version == objRootPacked || r.version == objRootCompressed || r.version == objRootDerived
 }
 
 // distinctDigests reports whether ds holds no digest twice.
@@ -169,17 +180,24 @@ type packSplit struct {
 	// fileRefs is how many of the root's reference chunks, the first ones,
 	// are the leaves' (the others hold artifact keys no leaf holds).
 	fileRefs int
+	// from says, for each of those, how it is made from its leaf (nil when
+	// the split does not say: the chunks are then members).
+	from []refFrom
 }
 
 // newPackSplit returns the packSplit of a version-2 split: root is the
 // encoded version-2 root, objs its other objects, fileRefs how many of its
-// reference chunks, the first ones, its leaves hold.
-func newPackSplit(root object, objs []object, fileRefs int) (*packSplit, error) {
+// reference chunks, the first ones, its leaves hold, and from (nil, or one
+// for each of those) how each is made from its leaf (splitMemo.refsFrom).
+func newPackSplit(root object, objs []object, fileRefs int, from []refFrom) (*packSplit, error) {
 	r, err := objDecodeRoot(root.data)
 	if err != nil {
 		return nil, err
 	}
-	ps := &packSplit{root: r, parts: make(map[keys.Digest][]byte, len(objs)), fileRefs: fileRefs}
+	if from != nil && len(from) != fileRefs {
+		return nil, fmt.Errorf("etcdstore: %d reference chunks made from leaves, want %d", len(from), fileRefs)
+	}
+	ps := &packSplit{root: r, parts: make(map[keys.Digest][]byte, len(objs)), fileRefs: fileRefs, from: from}
 	for _, o := range objs {
 		ps.parts[o.digest] = o.data
 	}
@@ -215,6 +233,36 @@ func (p *packed) objects() []object {
 func (ps *packSplit) pack(parent map[keys.Digest]partLoc) packed {
 	r := ps.root
 	order := [][]objPart{r.refs, r.conv, r.leaves}
+	// In a root of version 5 the leaves' reference chunks are made from
+	// the leaves and are not members; the leaves come before the
+	// conversation, so that the sweep's range read of the chunks a pack
+	// makes from its leaves does not span the conversation.
+	derive := writePackVersion == objPackCompressed && writeDerivedRefs && ps.from != nil
+	fromLeaf := map[keys.Digest]partLoc{}
+	leavesAt := 2 // the index of the leaves in order
+	if derive {
+		order, leavesAt = [][]objPart{r.refs, r.leaves, r.conv}, 1
+		for i, f := range ps.from {
+			d := r.refs[i].digest
+			l := partLoc{from: f.leaf + 1, pick: f.pick}
+			// The split made the chunk from these entries of this leaf
+			// (splitMemo.refsFrom); one the parent did not make from
+			// the same entries is made again here as a reader will, so
+			// that the root never names one a reader refuses, and one
+			// that does not come out is a member.
+			if p, ok := parent[d]; !ok || p.from == 0 || p.pick != f.pick {
+				if o, err := objDeriveRefChunk(ps.parts[r.leaves[f.leaf].digest], f.pick); err != nil || o.digest != d {
+					continue
+				}
+			}
+			fromLeaf[d] = l
+		}
+	}
+	// inParent returns where the parent has the member d.
+	inParent := func(d keys.Digest) (partLoc, bool) {
+		l, ok := parent[d]
+		return l, ok && l.inPack()
+	}
 	// How each part not left where it is goes into the new pack.
 	type member struct {
 		b   []byte
@@ -243,7 +291,10 @@ func (ps *packSplit) pack(parent map[keys.Digest]partLoc) packed {
 				continue
 			}
 			seen[p.digest] = true
-			if l, ok := parent[p.digest]; ok {
+			if _, ok := fromLeaf[p.digest]; ok {
+				continue
+			}
+			if l, ok := inParent(p.digest); ok {
 				held[l.pack] += l.size
 			} else {
 				fresh++
@@ -271,13 +322,17 @@ func (ps *packSplit) pack(parent map[keys.Digest]partLoc) packed {
 			if _, ok := out.locs[p.digest]; ok {
 				continue
 			}
-			if l, ok := parent[p.digest]; ok && kept[l.pack] {
+			if l, ok := fromLeaf[p.digest]; ok {
+				out.locs[p.digest] = l
+				continue
+			}
+			if l, ok := inParent(p.digest); ok && kept[l.pack] {
 				out.locs[p.digest] = l
 				out.inherits = true
 				continue
 			}
 			g := 0
-			if apart && k != 2 && (k != 0 || i >= ps.fileRefs) {
+			if apart && k != leavesAt && (k != 0 || i >= ps.fileRefs) {
 				g = 1
 			}
 			m := store(p.digest)
@@ -303,7 +358,10 @@ func (ps *packSplit) pack(parent map[keys.Digest]partLoc) packed {
 	}
 	packs = append(packs, old...)
 	version := byte(objRootPacked)
-	if writePackVersion == objPackCompressed {
+	switch {
+	case derive:
+		version = objRootDerived
+	case writePackVersion == objPackCompressed:
 		version = objRootCompressed
 	}
 	pr := objRoot{version: version, convPresent: r.convPresent, artifacts: r.artifacts, packs: packs}
@@ -345,10 +403,10 @@ func (s *Store) fetchParts(ctx context.Context, parts []objPart) (map[string][]b
 	return s.fetchPartsFrom(ctx, parts, nil)
 }
 
-// fetchPartsFrom is fetchParts with packs already read whole (by digest,
-// not yet verified): their members are cut from those bytes instead of
-// read by range.
-func (s *Store) fetchPartsFrom(ctx context.Context, parts []objPart, whole map[keys.Digest][]byte) (map[string][]byte, error) {
+// fetchMembers is fetchPartsFrom for parts that are objects or members of
+// packs (none made from a leaf): it returns their verified bytes by object
+// key.
+func (s *Store) fetchMembers(ctx context.Context, parts []objPart, whole map[keys.Digest][]byte) (map[string][]byte, error) {
 	out := make(map[string][]byte, len(parts))
 	var single []keys.Digest
 	byPack := map[keys.Digest][]objPart{}

@@ -57,7 +57,7 @@ func packThreadCost(tb testing.TB, repeat bool, turns int) (fresh, copied, roots
 		for _, r := range refs {
 			objs = append(objs, r.object)
 		}
-		ps, err := newPackSplit(root, objs, next.leafRefs())
+		ps, err := newPackSplit(root, objs, next.leafRefs(), next.refsFrom())
 		if err != nil {
 			tb.Fatal(err)
 		}

@@ -229,6 +229,18 @@ func objLeafEqual(b []byte, files []cairn.Entry) bool {
 	return len(b) == 0
 }
 
+// refsFrom returns how the reference chunks of the leaves of the split of
+// m, the first ones of its root, are made from their leaves (packref.go).
+func (m *splitMemo) refsFrom() []refFrom {
+	out := make([]refFrom, 0, len(m.leaves))
+	for i := range m.leaves {
+		if l := &m.leaves[i]; l.chunk != nil {
+			out = append(out, refFrom{leaf: i, pick: pickBitmap(l.n, l.firsts)})
+		}
+	}
+	return out
+}
+
 // leafRefs returns how many reference chunks the leaves of the split of m
 // have: the first ones of its root.
 func (m *splitMemo) leafRefs() int {
