@@ -516,7 +516,7 @@ func parsePacks(s string) ([]keys.Digest, error) {
 // repackRatio is the write-time repack's tier ratio: besides the packs it
 // must drop, it copies a parent pack forward when the checkpoint's bytes in
 // it are at most this many times the bytes the new pack holds so far.
-const repackRatio = 1
+const repackRatio = 1.25
 
 // repackKeep returns the parent packs whose parts a new packed root leaves
 // where they are, the most bytes held first (the write-time repack copies
@@ -525,12 +525,18 @@ const repackRatio = 1
 // parent pack holds and their bytes. With no fresh part and at most objRootPacks parent packs it keeps
 // them all. Otherwise it goes through the parent packs from the fewest
 // bytes held to the most, copies those it must so that at most
-// objRootPacks-1 remain, and then copies each pack that holds at most
-// repackRatio times what the new pack holds so far (a tier as small as the
-// new pack is merged into it, as in a size-tiered compaction), and keeps
-// the rest. Copying only what it must (the smallest) makes what is copied
-// grow with every turn of a thread, as the newest pack keeps absorbing the
-// one before; merging tiers of similar size copies less in total.
+// objRootPacks-1 remain, and then copies each pack but the one holding the
+// most that holds at most repackRatio times what the new pack holds so far
+// (a tier as small as the new pack is merged into it, as in a size-tiered
+// compaction), and keeps the rest. Copying only what it must (the
+// smallest) makes what is copied grow with every turn of a thread, as the
+// newest pack keeps absorbing the one before; merging tiers of similar size
+// copies less in total. The pack holding the most is copied only when it
+// must be: merged by the tier rule it made every part of the checkpoint be
+// copied at once (on BenchmarkPackedThread's words, twice in 20 turns, 130
+// and 172 KB), and it is usually the thread's first pack, its files, which
+// the tier rule merges once the checkpoint holds less of it than of another
+// pack.
 func repackKeep(held map[keys.Digest]int, fresh, freshBytes int) []keys.Digest {
 	asc := make([]keys.Digest, 0, len(held))
 	for d := range held {
@@ -550,7 +556,7 @@ func repackKeep(held map[keys.Digest]int, fresh, freshBytes int) []keys.Digest {
 	acc := freshBytes
 	var kept []keys.Digest
 	for i, d := range asc {
-		if i < must || held[d] <= repackRatio*acc {
+		if i < must || i < len(asc)-1 && float64(held[d]) <= repackRatio*float64(acc) {
 			acc += held[d]
 			continue
 		}
