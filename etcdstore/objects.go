@@ -549,6 +549,14 @@ func objEncodeRoot(r *objRoot) []byte {
 			e.b = append(e.b, d[:]...)
 		}
 	}
+	loc := func(l partLoc) {
+		e.uint(uint64(packIndex[l.pack]))
+		e.uint(uint64(l.off))
+		e.uint(uint64(l.size))
+		if version >= objRootCompressed {
+			e.uint(uint64(l.raw))
+		}
+	}
 	parts := func(ps []objPart, refs bool) {
 		e.uint(uint64(len(ps)))
 		for _, p := range ps {
@@ -564,16 +572,31 @@ func objEncodeRoot(r *objRoot) []byte {
 				}
 			}
 			if packed {
-				e.uint(uint64(packIndex[p.at.pack]))
-				e.uint(uint64(p.at.off))
-				e.uint(uint64(p.at.size))
-				if version >= objRootCompressed {
-					e.uint(uint64(p.at.raw))
-				}
+				loc(p.at)
 			}
 		}
 	}
-	parts(r.leaves, false)
+	leaves := func() {
+		if version != objRootDerived {
+			parts(r.leaves, false)
+			return
+		}
+		// Each leaf's place, then 0 for a leaf stored whole, or 1 and
+		// the place of the base its patch applies to (packdelta.go).
+		e.uint(uint64(len(r.leaves)))
+		for _, p := range r.leaves {
+			e.b = append(e.b, p.digest[:]...)
+			e.uint(uint64(p.n))
+			loc(p.at)
+			if p.at.delta == nil {
+				e.b = append(e.b, 0)
+				continue
+			}
+			e.b = append(e.b, 1)
+			loc(*p.at.delta)
+		}
+	}
+	leaves()
 	if !r.convPresent {
 		e.b = append(e.b, 0)
 	} else {
@@ -642,20 +665,69 @@ func objPartsFrom(d *decoder, max uint64, packs []keys.Digest, raw bool, leaves 
 			}
 		}
 		if packs != nil {
-			pi, off, size := d.uint(), d.uint(), d.uint()
-			if d.err != nil || pi >= uint64(len(packs)) || off > objPackMax || size < 2 || size > objPackMax-off {
-				d.fail()
+			out[i].at = objLoc(d, packs, raw)
+			if d.err != nil {
 				return nil
 			}
-			out[i].at = partLoc{pack: packs[pi], off: int(off), size: int(size)}
-			if raw {
-				n := d.uint()
-				if d.err != nil || n == 1 || n > objMemberMax {
-					d.fail()
-					return nil
-				}
-				out[i].at.raw = int(n)
+		}
+	}
+	return out
+}
+
+// objLoc decodes a member's place in a packed root: its pack index, offset
+// and size and, with raw (roots of versions 4 and 5), its uncompressed size:
+// 0 (stored as it is) or 2..objMemberMax.
+func objLoc(d *decoder, packs []keys.Digest, raw bool) partLoc {
+	pi, off, size := d.uint(), d.uint(), d.uint()
+	if d.err != nil || pi >= uint64(len(packs)) || off > objPackMax || size < 2 || size > objPackMax-off {
+		d.fail()
+		return partLoc{}
+	}
+	l := partLoc{pack: packs[pi], off: int(off), size: int(size)}
+	if raw {
+		n := d.uint()
+		if d.err != nil || n == 1 || n > objMemberMax {
+			d.fail()
+			return partLoc{}
+		}
+		l.raw = int(n)
+	}
+	return l
+}
+
+// objDeltaLeaves decodes the leaves of a root of version 5: each a
+// digest, an entry count (1..objLeafMax) and its place, then 0 for a leaf
+// stored whole, or 1 and the place of its patch's base (packdelta.go).
+func objDeltaLeaves(d *decoder, packs []keys.Digest) []objPart {
+	out := make([]objPart, d.count(keys.DigestLen+6))
+	for i := range out {
+		if len(d.b) < keys.DigestLen {
+			d.fail()
+			return nil
+		}
+		copy(out[i].digest[:], d.b)
+		d.b = d.b[keys.DigestLen:]
+		n := d.uint()
+		if n < 1 || n > objLeafMax {
+			d.fail()
+		}
+		if d.err != nil {
+			return nil
+		}
+		out[i].n = int(n)
+		out[i].at = objLoc(d, packs, true)
+		if d.err != nil || len(d.b) == 0 || d.b[0] > 1 {
+			d.fail()
+			return nil
+		}
+		patched := d.b[0] == 1
+		d.b = d.b[1:]
+		if patched {
+			base := objLoc(d, packs, true)
+			if d.err != nil {
+				return nil
 			}
+			out[i].at.delta = &base
 		}
 	}
 	return out
@@ -679,7 +751,11 @@ func objDecodeRoot(b []byte) (objRoot, error) {
 			return objRoot{}, errCodec
 		}
 	}
-	r.leaves = objParts(&d, objLeafMax, r.packs, raw)
+	if r.version == objRootDerived {
+		r.leaves = objDeltaLeaves(&d, r.packs)
+	} else {
+		r.leaves = objParts(&d, objLeafMax, r.packs, raw)
+	}
 	if d.err != nil || len(d.b) == 0 {
 		return objRoot{}, errCodec
 	}

@@ -53,6 +53,7 @@ func packThreadCost(tb testing.TB, repeat bool, turns int) (fresh, copied, roots
 		if err != nil {
 			tb.Fatal(err)
 		}
+		prev := next.prevLeaves(memo)
 		memo = next
 		for _, r := range refs {
 			objs = append(objs, r.object)
@@ -61,6 +62,7 @@ func packThreadCost(tb testing.TB, repeat bool, turns int) (fresh, copied, roots
 		if err != nil {
 			tb.Fatal(err)
 		}
+		ps.prev = prev
 		p := ps.pack(parent)
 		if turn > 0 {
 			roots += len(p.root.data)

@@ -49,7 +49,8 @@ func newMetaKeys(t *testing.T, mem *bucket.Memory, before []string) []string {
 // every part an object of its own (as written before packs), packed roots
 // of version 3 (members as they are), then of version 4 (members
 // compressed), which name the version-3 packs they inherit from, then of
-// version 5 (reference chunks made from leaves) on those. It checks that each packed append puts at most a pack and a root,
+// version 5 (reference chunks made from leaves, leaves stored as patches)
+// on those. It checks that each packed append puts at most a pack and a root,
 // that every packed root names at most objRootPacks packs and a cold Get
 // reads at most 1+objRootPacks times, and then prunes, forks and sweeps:
 // the sweep keeps exactly the blobs and objects live checkpoints name (a
@@ -90,7 +91,7 @@ func TestPackedCompatibility(t *testing.T) {
 	// a-10..a-12 with reference chunks made from their leaves (version 5,
 	// 'P' 2), each on the packs of the ones before.
 	t.Cleanup(func() { writePackVersion, writeDerivedRefs = objPackCompressed, true })
-	compressed, plain, derived := 0, 0, 0
+	compressed, plain, derived, patched := 0, 0, 0, 0
 	for i := range 8 {
 		wantRoot, wantPack := byte(objRootDerived), byte(objPackCompressed)
 		switch {
@@ -126,6 +127,9 @@ func TestPackedCompatibility(t *testing.T) {
 				for _, p := range append(append(slices.Clone(r.leaves), r.conv...), r.refs...) {
 					if p.at.from > 0 {
 						derived++
+					}
+					if p.at.delta != nil {
+						patched++
 					}
 					if p.at.raw > 0 {
 						compressed++
@@ -164,8 +168,8 @@ func TestPackedCompatibility(t *testing.T) {
 			t.Fatalf("a cold Get of %s read the bucket %d times", c.ID, n)
 		}
 	}
-	if compressed == 0 || plain == 0 || derived == 0 {
-		t.Fatalf("packed roots name %d compressed and %d uncompressed members and %d reference chunks made from leaves: the test covers each only with some of each", compressed, plain, derived)
+	if compressed == 0 || plain == 0 || derived == 0 || patched == 0 {
+		t.Fatalf("packed roots name %d compressed and %d uncompressed members, %d reference chunks made from leaves and %d leaves stored as patches: the test covers each only with some of each", compressed, plain, derived, patched)
 	}
 	// Forks of the unpacked a-4, the packed a-6 (pruned below), the
 	// compressed a-9 and a-10, whose reference chunks are made from its
