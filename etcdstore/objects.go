@@ -34,8 +34,8 @@ import (
 //	root                'R' 1|2  leaves  conversation  references  artifacts
 //	reference chunk     'K' 1    count  count × key33
 //
-// (Roots of versions 3 and 4 name these objects as members of packs: pack.go,
-// packz.go.)
+// (Roots of versions 3 to 5 name these objects as members of packs: pack.go,
+// packz.go, packref.go, packdelta.go.)
 //
 // Integers are uvarints (sizes: varints) in their shortest form; strings are
 // a uvarint length and the bytes, kept byte for byte (invalid UTF-8 too). An
@@ -632,20 +632,9 @@ func objPartsFrom(d *decoder, max uint64, packs []keys.Digest, raw bool, leaves 
 	}
 	out := make([]objPart, d.count(min))
 	for i := range out {
-		if len(d.b) < keys.DigestLen {
-			d.fail()
+		if out[i].digest, out[i].n = objDigestCount(d, max); d.err != nil {
 			return nil
 		}
-		copy(out[i].digest[:], d.b)
-		d.b = d.b[keys.DigestLen:]
-		n := d.uint()
-		if n < 1 || n > max {
-			d.fail()
-		}
-		if d.err != nil {
-			return nil
-		}
-		out[i].n = int(n)
 		if leaves != nil {
 			from := d.uint()
 			if d.err != nil || from > uint64(len(leaves)) {
@@ -655,7 +644,7 @@ func objPartsFrom(d *decoder, max uint64, packs []keys.Digest, raw bool, leaves 
 			if from > 0 {
 				base := leaves[from-1] // a copy: the part does not keep the root's leaves
 				w := (base.n + 7) / 8
-				if len(d.b) < w || !validPick(string(d.b[:w]), base.n, int(n)) {
+				if len(d.b) < w || !validPick(string(d.b[:w]), base.n, out[i].n) {
 					d.fail()
 					return nil
 				}
@@ -695,26 +684,31 @@ func objLoc(d *decoder, packs []keys.Digest, raw bool) partLoc {
 	return l
 }
 
+// objDigestCount decodes a part's 32-byte digest and its count, 1..max.
+func objDigestCount(d *decoder, max uint64) (keys.Digest, int) {
+	var dg keys.Digest
+	if len(d.b) < keys.DigestLen {
+		d.fail()
+		return dg, 0
+	}
+	copy(dg[:], d.b)
+	d.b = d.b[keys.DigestLen:]
+	n := d.uint()
+	if d.err == nil && (n < 1 || n > max) {
+		d.fail()
+	}
+	return dg, int(n)
+}
+
 // objDeltaLeaves decodes the leaves of a root of version 5: each a
 // digest, an entry count (1..objLeafMax) and its place, then 0 for a leaf
 // stored whole, or 1 and the place of its patch's base (packdelta.go).
 func objDeltaLeaves(d *decoder, packs []keys.Digest) []objPart {
 	out := make([]objPart, d.count(keys.DigestLen+6))
 	for i := range out {
-		if len(d.b) < keys.DigestLen {
-			d.fail()
+		if out[i].digest, out[i].n = objDigestCount(d, objLeafMax); d.err != nil {
 			return nil
 		}
-		copy(out[i].digest[:], d.b)
-		d.b = d.b[keys.DigestLen:]
-		n := d.uint()
-		if n < 1 || n > objLeafMax {
-			d.fail()
-		}
-		if d.err != nil {
-			return nil
-		}
-		out[i].n = int(n)
 		out[i].at = objLoc(d, packs, true)
 		if d.err != nil || len(d.b) == 0 || d.b[0] > 1 {
 			d.fail()

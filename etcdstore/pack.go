@@ -15,7 +15,7 @@ import (
 	"github.com/cairnstore/cairn/keys"
 )
 
-// The packed form of the capacity layout (root versions 3 and 4;
+// The packed form of the capacity layout (root versions 3 to 5;
 // docs/design.md, "Packs: one object a checkpoint").
 //
 // A checkpoint of the capacity layout names its body by a root, as in
@@ -37,7 +37,10 @@ import (
 // pack digests that comes first in the root (a uvarint count, then the
 // 32-byte digests, distinct), the member's offset in the pack and its size
 // (uvarints); a root of version 4 ('R' 4) adds the member's uncompressed
-// size (packz.go). Parts the parent has stay where the parent's root says;
+// size (packz.go); a root of version 5 makes the leaves' reference chunks
+// from the leaves (packref.go), may store a leaf as a patch of another
+// (packdelta.go), and has its packs hold the leaves before the
+// conversation chunks. Parts the parent has stay where the parent's root says;
 // the root names at most objRootPacks packs, so a cold read is the root and
 // at most objRootPacks range reads. When the parent's parts are spread over
 // more packs, or a parent pack holds no more of the checkpoint's bytes than
@@ -45,7 +48,9 @@ import (
 // repack, repackKeep): the new pack then holds what the dropped packs held
 // for this checkpoint.
 //
-// Every member is verified against the digest the root names for it, so a
+// Every member (a leaf stored as a patch once patched, a reference chunk
+// made from its leaf once made) is verified against the digest the root
+// names for it, so a
 // range read returns exactly what was packed or fails naming the member. The
 // sweep keeps a pack as long as one live root names it (a pack is live when
 // any member is), so a pack shared by live and dead checkpoints is never
@@ -127,7 +132,7 @@ type partLoc struct {
 // inPack reports whether l is a member of a pack.
 func (l partLoc) inPack() bool { return l.size > 0 }
 
-// packed reports whether r is a packed root (version 3 or 4): its parts
+// packed reports whether r is a packed root (versions 3 to 5): its parts
 // are members of the packs r.packs.
 func (r *objRoot) packed() bool {
 	return r.version == objRootPacked || r.version == objRootCompressed || r.version == objRootDerived

@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -64,6 +65,13 @@ func packThreadCost(tb testing.TB, repeat bool, turns int) (fresh, copied, roots
 		}
 		ps.prev = prev
 		p := ps.pack(parent)
+		for d, l := range p.locs {
+			// Every member, and the base of every patch, is in a pack
+			// the root names.
+			if l.inPack() && !slices.Contains(p.packs, l.pack) || l.delta != nil && !slices.Contains(p.packs, l.delta.pack) {
+				tb.Fatalf("turn %d: part %x is at %+v, in a pack its root does not name", turn, d[:4], l)
+			}
+		}
 		if turn > 0 {
 			roots += len(p.root.data)
 			for d, l := range p.locs {

@@ -37,23 +37,36 @@ func TestRootVersion5Bounds(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := objRoot{version: objRootDerived, packs: []keys.Digest{pack}, leaves: []objPart{leaf},
 				refs: []objPart{{digest: keys.Digest{3}, n: tc.n, at: partLoc{from: tc.from, pick: tc.pick}}}}
-			b := objEncodeRoot(&r)
-			got, err := objDecodeRoot(b)
-			if (err == nil) != tc.ok {
-				t.Fatalf("objDecodeRoot: %v, want ok %v", err, tc.ok)
-			}
-			if err != nil {
+			got, ok := rootRoundTrip(t, &r, nil, tc.ok)
+			if !ok {
 				return
 			}
 			at := got.refs[0].at
 			if at.from != tc.from || at.pick != tc.pick || at.base == nil || *at.base != leaf {
 				t.Fatalf("decoded %+v, want made from %+v with bitmap %x", at, leaf, tc.pick)
 			}
-			if !bytes.Equal(objEncodeRoot(&got), b) {
-				t.Fatal("the decoded root encodes differently")
-			}
 		})
 	}
+}
+
+// rootRoundTrip encodes r, edits the bytes (when edit is not nil) and
+// decodes them: it fails t unless the decoder's verdict is ok, and unless a
+// root it decodes encodes to the same bytes; it returns the decoded root and
+// whether there is one.
+func rootRoundTrip(t *testing.T, r *objRoot, edit func([]byte) []byte, ok bool) (objRoot, bool) {
+	t.Helper()
+	b := objEncodeRoot(r)
+	if edit != nil {
+		b = edit(b)
+	}
+	got, err := objDecodeRoot(b)
+	if (err == nil) != ok {
+		t.Fatalf("objDecodeRoot: %v, want ok %v", err, ok)
+	}
+	if err == nil && !bytes.Equal(objEncodeRoot(&got), b) {
+		t.Fatal("the decoded root encodes differently")
+	}
+	return got, err == nil
 }
 
 // v5Root appends one capacity checkpoint with a fresh store and returns the
