@@ -72,6 +72,29 @@ func FuzzObjectRootDecode(f *testing.F) {
 		f.Fatalf("the seed is not a root of version 5 with chunks made from leaves: %v", err)
 	}
 	f.Add(tps.pack(nil).root.data)
+	// The next checkpoint of that thread, with a changed entry: its leaf is
+	// stored as a patch of the one before.
+	first := tps.pack(nil)
+	c2 := c
+	c2.Files = slices.Clone(c.Files)
+	c2.Files[5].BlobKey = objTestFileKey("changed")
+	tree2, tobjs2, trefs2, memo2, err := splitTreeCut(&c2, memo, objPackLeafCut)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, r := range trefs2 {
+		tobjs2 = append(tobjs2, r.object)
+	}
+	tps2, err := newPackSplit(tree2, tobjs2, memo2.leafRefs(), memo2.refsFrom())
+	if err != nil {
+		f.Fatal(err)
+	}
+	tps2.prev = memo2.prevLeaves(memo)
+	second := tps2.pack(first.locs).root.data
+	if r, err := objDecodeRoot(second); err != nil || !slices.ContainsFunc(r.leaves, func(p objPart) bool { return p.at.delta != nil }) {
+		f.Fatalf("the seed has no leaf stored as a patch: %v", err)
+	}
+	f.Add(second)
 	f.Add(objEncodeRoot(&objRoot{version: objRootPacked, packs: []keys.Digest{{1}, {2}}}))
 	f.Add(objEncodeRoot(&objRoot{}))
 	f.Add(objEncodeRoot(&objRoot{convPresent: true}))
