@@ -57,44 +57,21 @@ func FuzzObjectRootDecode(f *testing.F) {
 	f.Add(ps.pack(nil).root.data) // version 3
 	writePackVersion = objPackCompressed
 	// A root of version 5: the leaves' reference chunks made from them.
-	tree, tobjs, trefs, memo, err := splitTreeCut(&c, nil, objPackLeafCut)
-	if err != nil {
-		f.Fatal(err)
-	}
-	for _, r := range trefs {
-		tobjs = append(tobjs, r.object)
-	}
-	tps, err := newPackSplit(tree, tobjs, memo.leafRefs(), memo.refsFrom())
-	if err != nil {
-		f.Fatal(err)
-	}
-	if r, err := objDecodeRoot(tps.pack(nil).root.data); err != nil || r.version != objRootDerived || r.refs[0].at.from == 0 {
+	first, memo := packTurn(f, &c, nil, nil)
+	if r, err := objDecodeRoot(first.root.data); err != nil || r.version != objRootDerived || r.refs[0].at.from == 0 {
 		f.Fatalf("the seed is not a root of version 5 with chunks made from leaves: %v", err)
 	}
-	f.Add(tps.pack(nil).root.data)
+	f.Add(first.root.data)
 	// The next checkpoint of that thread, with a changed entry: its leaf is
 	// stored as a patch of the one before.
-	first := tps.pack(nil)
 	c2 := c
 	c2.Files = slices.Clone(c.Files)
 	c2.Files[5].BlobKey = objTestFileKey("changed")
-	tree2, tobjs2, trefs2, memo2, err := splitTreeCut(&c2, memo, objPackLeafCut)
-	if err != nil {
-		f.Fatal(err)
-	}
-	for _, r := range trefs2 {
-		tobjs2 = append(tobjs2, r.object)
-	}
-	tps2, err := newPackSplit(tree2, tobjs2, memo2.leafRefs(), memo2.refsFrom())
-	if err != nil {
-		f.Fatal(err)
-	}
-	tps2.prev = memo2.prevLeaves(memo)
-	second := tps2.pack(first.locs).root.data
-	if r, err := objDecodeRoot(second); err != nil || !slices.ContainsFunc(r.leaves, func(p objPart) bool { return p.at.delta != nil }) {
+	second, _ := packTurn(f, &c2, memo, first.locs)
+	if r, err := objDecodeRoot(second.root.data); err != nil || !slices.ContainsFunc(r.leaves, func(p objPart) bool { return p.at.delta != nil }) {
 		f.Fatalf("the seed has no leaf stored as a patch: %v", err)
 	}
-	f.Add(second)
+	f.Add(second.root.data)
 	f.Add(objEncodeRoot(&objRoot{version: objRootPacked, packs: []keys.Digest{{1}, {2}}}))
 	f.Add(objEncodeRoot(&objRoot{}))
 	f.Add(objEncodeRoot(&objRoot{convPresent: true}))

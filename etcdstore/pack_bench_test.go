@@ -50,21 +50,8 @@ func packThreadCost(tb testing.TB, repeat bool, turns int) (fresh, copied, roots
 			}
 		}
 		c := cairn.Checkpoint{Files: files, Conversation: conv[:(turn+1)*len(conv)/turns]}
-		root, objs, refs, next, err := splitTreeCut(&c, memo, objPackLeafCut)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		prev := next.prevLeaves(memo)
-		memo = next
-		for _, r := range refs {
-			objs = append(objs, r.object)
-		}
-		ps, err := newPackSplit(root, objs, next.leafRefs(), next.refsFrom())
-		if err != nil {
-			tb.Fatal(err)
-		}
-		ps.prev = prev
-		p := ps.pack(parent)
+		var p packed
+		p, memo = packTurn(tb, &c, memo, parent)
 		for d, l := range p.locs {
 			// Every member, and the base of every patch, is in a pack
 			// the root names.
@@ -88,6 +75,27 @@ func packThreadCost(tb testing.TB, repeat bool, turns int) (fresh, copied, roots
 		parent = p.locs
 	}
 	return fresh, copied, roots
+}
+
+// packTurn splits c on memo, the split of the thread's checkpoint before
+// (nil for none), as an append does, and packs it on parent, where that
+// checkpoint's parts are: the packed root of version 5 and the split's
+// memo.
+func packTurn(tb testing.TB, c *cairn.Checkpoint, memo *splitMemo, parent map[keys.Digest]partLoc) (packed, *splitMemo) {
+	tb.Helper()
+	root, objs, refs, next, err := splitTreeCut(c, memo, objPackLeafCut)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, r := range refs {
+		objs = append(objs, r.object)
+	}
+	ps, err := newPackSplit(root, objs, next.leafRefs(), next.refsFrom())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ps.prev = next.prevLeaves(memo)
+	return ps.pack(parent), next
 }
 
 // BenchmarkPackedThread reports what a thread of the capacity workload
