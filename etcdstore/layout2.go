@@ -76,16 +76,19 @@ func (w *newCheckpoint) toObjects(memos *splitMemos, packs bool) error {
 	var refs []refChunk
 	var err error
 	fileRefs := 0 // the reference chunks of the leaves, which come first
+	var from []refFrom
+	var prevLeaves map[keys.Digest]object
 	if writeRootVersion == objRootTree {
 		var memo *splitMemo
 		cut := func(path string, _ int) bool { return objLeafCut(path) }
 		if packs && writePacked {
 			cut = objPackLeafCut
 		}
-		root, objs, refs, memo, err = splitTreeCut(w.c, memos.get(w.c.ThreadID), cut)
+		prev := memos.get(w.c.ThreadID)
+		root, objs, refs, memo, err = splitTreeCut(w.c, prev, cut)
 		if err == nil {
 			memos.put(w.c.ThreadID, memo)
-			fileRefs = memo.leafRefs()
+			fileRefs, from, prevLeaves = memo.leafRefs(), memo.refsFrom(), memo.prevLeaves(prev)
 		}
 	} else {
 		root, objs, refs, err = splitCheckpointBodyAt(w.c, writeRootVersion)
@@ -103,9 +106,10 @@ func (w *newCheckpoint) toObjects(memos *splitMemos, packs bool) error {
 		for _, r := range refs {
 			parts = append(parts, r.object)
 		}
-		if w.split, err = newPackSplit(root, parts, fileRefs); err != nil {
+		if w.split, err = newPackSplit(root, parts, fileRefs, from); err != nil {
 			return err
 		}
+		w.split.prev = prevLeaves
 	}
 	return nil
 }

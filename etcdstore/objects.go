@@ -34,8 +34,8 @@ import (
 //	root                'R' 1|2  leaves  conversation  references  artifacts
 //	reference chunk     'K' 1    count  count × key33
 //
-// (Roots of versions 3 and 4 name these objects as members of packs: pack.go,
-// packz.go.)
+// (Roots of versions 3 to 5 name these objects as members of packs: pack.go,
+// packz.go, packref.go, packdelta.go.)
 //
 // Integers are uvarints (sizes: varints) in their shortest form; strings are
 // a uvarint length and the bytes, kept byte for byte (invalid UTF-8 too). An
@@ -539,7 +539,7 @@ func objEncodeRoot(r *objRoot) []byte {
 		version = objVersion
 	}
 	e.b = append(e.b, objTypeRoot, version)
-	packed := version == objRootPacked || version == objRootCompressed
+	packed := version == objRootPacked || version == objRootCompressed || version == objRootDerived
 	var packIndex map[keys.Digest]int
 	if packed {
 		packIndex = make(map[keys.Digest]int, len(r.packs))
@@ -549,29 +549,61 @@ func objEncodeRoot(r *objRoot) []byte {
 			e.b = append(e.b, d[:]...)
 		}
 	}
-	parts := func(ps []objPart) {
+	loc := func(l partLoc) {
+		e.uint(uint64(packIndex[l.pack]))
+		e.uint(uint64(l.off))
+		e.uint(uint64(l.size))
+		if version >= objRootCompressed {
+			e.uint(uint64(l.raw))
+		}
+	}
+	parts := func(ps []objPart, refs bool) {
 		e.uint(uint64(len(ps)))
 		for _, p := range ps {
 			e.b = append(e.b, p.digest[:]...)
 			e.uint(uint64(p.n))
-			if packed {
-				e.uint(uint64(packIndex[p.at.pack]))
-				e.uint(uint64(p.at.off))
-				e.uint(uint64(p.at.size))
-				if version == objRootCompressed {
-					e.uint(uint64(p.at.raw))
+			if refs && version == objRootDerived {
+				// 1 + the leaf a chunk is made from and its bitmap, or 0
+				// and the member's place (packref.go).
+				e.uint(uint64(p.at.from))
+				if p.at.from > 0 {
+					e.b = append(e.b, p.at.pick...)
+					continue
 				}
+			}
+			if packed {
+				loc(p.at)
 			}
 		}
 	}
-	parts(r.leaves)
+	leaves := func() {
+		if version != objRootDerived {
+			parts(r.leaves, false)
+			return
+		}
+		// Each leaf's place, then 0 for a leaf stored whole, or 1 and
+		// the place of the base its patch applies to (packdelta.go).
+		e.uint(uint64(len(r.leaves)))
+		for _, p := range r.leaves {
+			e.b = append(e.b, p.digest[:]...)
+			e.uint(uint64(p.n))
+			loc(p.at)
+			if p.at.delta == nil {
+				e.b = append(e.b, 0)
+				continue
+			}
+			e.b = append(e.b, 1)
+			loc(*p.at.delta)
+		}
+	}
+	leaves()
 	if !r.convPresent {
 		e.b = append(e.b, 0)
 	} else {
 		e.b = append(e.b, 1)
-		parts(r.conv)
+		parts(r.conv, false)
 	}
-	parts(r.refs)
+	parts(r.refs, true)
 	e.artifacts(r.artifacts)
 	return e.b
 }
@@ -581,57 +613,128 @@ func objEncodeRoot(r *objRoot) []byte {
 // (partLoc) and, in a root of version 4 (raw), the member's uncompressed
 // size: 0 (stored as it is) or 2..objMemberMax.
 func objParts(d *decoder, max uint64, packs []keys.Digest, raw bool) []objPart {
+	return objPartsFrom(d, max, packs, raw, nil)
+}
+
+// objPartsFrom is objParts for the reference chunks of a root of version 5
+// when leaves is not nil: after its digest and count, each part gives 1 +
+// the index in leaves of the leaf it is made from and the bitmap of that
+// leaf's entries (validPick), or 0 and then its place as in objParts.
+func objPartsFrom(d *decoder, max uint64, packs []keys.Digest, raw bool, leaves []objPart) []objPart {
 	min := keys.DigestLen + 1
-	if packs != nil {
+	switch {
+	case leaves != nil:
+		min += 2
+	case packs != nil && raw:
+		min += 4
+	case packs != nil:
 		min += 3
-	}
-	if raw {
-		min++
 	}
 	out := make([]objPart, d.count(min))
 	for i := range out {
-		if len(d.b) < keys.DigestLen {
-			d.fail()
+		if out[i].digest, out[i].n = objDigestCount(d, max); d.err != nil {
 			return nil
 		}
-		copy(out[i].digest[:], d.b)
-		d.b = d.b[keys.DigestLen:]
-		n := d.uint()
-		if n < 1 || n > max {
-			d.fail()
-		}
-		if d.err != nil {
-			return nil
-		}
-		out[i].n = int(n)
-		if packs != nil {
-			pi, off, size := d.uint(), d.uint(), d.uint()
-			if d.err != nil || pi >= uint64(len(packs)) || off > objPackMax || size < 2 || size > objPackMax-off {
+		if leaves != nil {
+			from := d.uint()
+			if d.err != nil || from > uint64(len(leaves)) {
 				d.fail()
 				return nil
 			}
-			out[i].at = partLoc{pack: packs[pi], off: int(off), size: int(size)}
-			if raw {
-				n := d.uint()
-				if d.err != nil || n == 1 || n > objMemberMax {
+			if from > 0 {
+				base := leaves[from-1] // a copy: the part does not keep the root's leaves
+				w := (base.n + 7) / 8
+				if len(d.b) < w || !validPick(string(d.b[:w]), base.n, out[i].n) {
 					d.fail()
 					return nil
 				}
-				out[i].at.raw = int(n)
+				out[i].at = partLoc{from: int(from), pick: string(d.b[:w]), base: &base}
+				d.b = d.b[w:]
+				continue
+			}
+		}
+		if packs != nil {
+			out[i].at = objLoc(d, packs, raw)
+			if d.err != nil {
+				return nil
 			}
 		}
 	}
 	return out
 }
 
-// objDecodeRoot decodes a root object of any version (1 to 4).
+// objLoc decodes a member's place in a packed root: its pack index, offset
+// and size and, with raw (roots of versions 4 and 5), its uncompressed size:
+// 0 (stored as it is) or 2..objMemberMax.
+func objLoc(d *decoder, packs []keys.Digest, raw bool) partLoc {
+	pi, off, size := d.uint(), d.uint(), d.uint()
+	if d.err != nil || pi >= uint64(len(packs)) || off > objPackMax || size < 2 || size > objPackMax-off {
+		d.fail()
+		return partLoc{}
+	}
+	l := partLoc{pack: packs[pi], off: int(off), size: int(size)}
+	if raw {
+		n := d.uint()
+		if d.err != nil || n == 1 || n > objMemberMax {
+			d.fail()
+			return partLoc{}
+		}
+		l.raw = int(n)
+	}
+	return l
+}
+
+// objDigestCount decodes a part's 32-byte digest and its count, 1..max.
+func objDigestCount(d *decoder, max uint64) (keys.Digest, int) {
+	var dg keys.Digest
+	if len(d.b) < keys.DigestLen {
+		d.fail()
+		return dg, 0
+	}
+	copy(dg[:], d.b)
+	d.b = d.b[keys.DigestLen:]
+	n := d.uint()
+	if d.err == nil && (n < 1 || n > max) {
+		d.fail()
+	}
+	return dg, int(n)
+}
+
+// objDeltaLeaves decodes the leaves of a root of version 5: each a
+// digest, an entry count (1..objLeafMax) and its place, then 0 for a leaf
+// stored whole, or 1 and the place of its patch's base (packdelta.go).
+func objDeltaLeaves(d *decoder, packs []keys.Digest) []objPart {
+	out := make([]objPart, d.count(keys.DigestLen+6))
+	for i := range out {
+		if out[i].digest, out[i].n = objDigestCount(d, objLeafMax); d.err != nil {
+			return nil
+		}
+		out[i].at = objLoc(d, packs, true)
+		if d.err != nil || len(d.b) == 0 || d.b[0] > 1 {
+			d.fail()
+			return nil
+		}
+		patched := d.b[0] == 1
+		d.b = d.b[1:]
+		if patched {
+			base := objLoc(d, packs, true)
+			if d.err != nil {
+				return nil
+			}
+			out[i].at.delta = &base
+		}
+	}
+	return out
+}
+
+// objDecodeRoot decodes a root object of any version (1 to 5).
 func objDecodeRoot(b []byte) (objRoot, error) {
-	if len(b) < 2 || b[0] != objTypeRoot || b[1] < objVersion || b[1] > objRootCompressed {
+	if len(b) < 2 || b[0] != objTypeRoot || b[1] < objVersion || b[1] > objRootDerived {
 		return objRoot{}, errCodec
 	}
 	d := decoder{b: b[2:]}
 	r := objRoot{version: b[1]}
-	raw := r.version == objRootCompressed
+	raw := r.version >= objRootCompressed
 	if r.packed() {
 		r.packs = make([]keys.Digest, d.count(keys.DigestLen))
 		for i := range r.packs {
@@ -642,7 +745,11 @@ func objDecodeRoot(b []byte) (objRoot, error) {
 			return objRoot{}, errCodec
 		}
 	}
-	r.leaves = objParts(&d, objLeafMax, r.packs, raw)
+	if r.version == objRootDerived {
+		r.leaves = objDeltaLeaves(&d, r.packs)
+	} else {
+		r.leaves = objParts(&d, objLeafMax, r.packs, raw)
+	}
 	if d.err != nil || len(d.b) == 0 {
 		return objRoot{}, errCodec
 	}
@@ -659,7 +766,14 @@ func objDecodeRoot(b []byte) (objRoot, error) {
 	if d.err != nil {
 		return objRoot{}, errCodec
 	}
-	r.refs = objParts(&d, objRefMax, r.packs, raw)
+	var leaves []objPart
+	if r.version == objRootDerived {
+		leaves = r.leaves
+		if leaves == nil {
+			leaves = []objPart{}
+		}
+	}
+	r.refs = objPartsFrom(&d, objRefMax, r.packs, raw, leaves)
 	if d.err != nil {
 		return objRoot{}, errCodec
 	}

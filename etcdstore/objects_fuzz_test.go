@@ -48,7 +48,7 @@ func FuzzObjectRootDecode(f *testing.F) {
 	for _, r := range refs {
 		objs = append(objs, r.object)
 	}
-	ps, err := newPackSplit(root, objs, len(refs))
+	ps, err := newPackSplit(root, objs, len(refs), nil)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -56,6 +56,22 @@ func FuzzObjectRootDecode(f *testing.F) {
 	writePackVersion = objVersion
 	f.Add(ps.pack(nil).root.data) // version 3
 	writePackVersion = objPackCompressed
+	// A root of version 5: the leaves' reference chunks made from them.
+	first, memo := packTurn(f, &c, nil, nil)
+	if r, err := objDecodeRoot(first.root.data); err != nil || r.version != objRootDerived || r.refs[0].at.from == 0 {
+		f.Fatalf("the seed is not a root of version 5 with chunks made from leaves: %v", err)
+	}
+	f.Add(first.root.data)
+	// The next checkpoint of that thread, with a changed entry: its leaf is
+	// stored as a patch of the one before.
+	c2 := c
+	c2.Files = slices.Clone(c.Files)
+	c2.Files[5].BlobKey = objTestFileKey("changed")
+	second, _ := packTurn(f, &c2, memo, first.locs)
+	if r, err := objDecodeRoot(second.root.data); err != nil || !slices.ContainsFunc(r.leaves, func(p objPart) bool { return p.at.delta != nil }) {
+		f.Fatalf("the seed has no leaf stored as a patch: %v", err)
+	}
+	f.Add(second.root.data)
 	f.Add(objEncodeRoot(&objRoot{version: objRootPacked, packs: []keys.Digest{{1}, {2}}}))
 	f.Add(objEncodeRoot(&objRoot{}))
 	f.Add(objEncodeRoot(&objRoot{convPresent: true}))

@@ -9,12 +9,13 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"sync"
 
 	"github.com/cairnstore/cairn/bucket"
 	"github.com/cairnstore/cairn/keys"
 )
 
-// The packed form of the capacity layout (root versions 3 and 4;
+// The packed form of the capacity layout (root versions 3 to 5;
 // docs/design.md, "Packs: one object a checkpoint").
 //
 // A checkpoint of the capacity layout names its body by a root, as in
@@ -36,7 +37,10 @@ import (
 // pack digests that comes first in the root (a uvarint count, then the
 // 32-byte digests, distinct), the member's offset in the pack and its size
 // (uvarints); a root of version 4 ('R' 4) adds the member's uncompressed
-// size (packz.go). Parts the parent has stay where the parent's root says;
+// size (packz.go); a root of version 5 makes the leaves' reference chunks
+// from the leaves (packref.go), may store a leaf as a patch of another
+// (packdelta.go), and has its packs hold the leaves before the
+// conversation chunks. Parts the parent has stay where the parent's root says;
 // the root names at most objRootPacks packs, so a cold read is the root and
 // at most objRootPacks range reads. When the parent's parts are spread over
 // more packs, or a parent pack holds no more of the checkpoint's bytes than
@@ -44,7 +48,9 @@ import (
 // repack, repackKeep): the new pack then holds what the dropped packs held
 // for this checkpoint.
 //
-// Every member is verified against the digest the root names for it, so a
+// Every member (a leaf stored as a patch once patched, a reference chunk
+// made from its leaf once made) is verified against the digest the root
+// names for it, so a
 // range read returns exactly what was packed or fails naming the member. The
 // sweep keeps a pack as long as one live root names it (a pack is live when
 // any member is), so a pack shared by live and dead checkpoints is never
@@ -108,12 +114,28 @@ type partLoc struct {
 	// zstd frame (roots of version 4, packz.go); 0 when it is stored as it
 	// is.
 	raw int
+	// from is 1 + the index, in its root's leaves, of the leaf a reference
+	// chunk is made from (root version 5, packref.go), and pick the bitmap
+	// of that leaf's entries whose keys the chunk holds; from is 0 for a
+	// part that is a member or an object of its own.
+	from int
+	pick string
+	// base is that leaf, in a decoded root.
+	base *objPart
+	// delta is, for a leaf stored as a patch (root version 5,
+	// packdelta.go), where the leaf stored whole that the patch applies to
+	// is; deltaBase is that leaf's bytes (kept by the writer only).
+	delta     *partLoc
+	deltaBase string
 }
 
-// packed reports whether r is a packed root (version 3 or 4): its parts
+// inPack reports whether l is a member of a pack.
+func (l partLoc) inPack() bool { return l.size > 0 }
+
+// packed reports whether r is a packed root (versions 3 to 5): its parts
 // are members of the packs r.packs.
 func (r *objRoot) packed() bool {
-	return r.version == objRootPacked || r.version == objRootCompressed
+	return r.version == objRootPacked || r.version == objRootCompressed || r.version == objRootDerived
 }
 
 // distinctDigests reports whether ds holds no digest twice.
@@ -169,17 +191,28 @@ type packSplit struct {
 	// fileRefs is how many of the root's reference chunks, the first ones,
 	// are the leaves' (the others hold artifact keys no leaf holds).
 	fileRefs int
+	// from says, for each of those, how it is made from its leaf (nil when
+	// the split does not say: the chunks are then members).
+	from []refFrom
+	// prev are, by the digest of a leaf, the leaf the thread's split
+	// before had where it starts (splitMemo.prevLeaves): the version a
+	// patch of it is made against (packdelta.go).
+	prev map[keys.Digest]object
 }
 
 // newPackSplit returns the packSplit of a version-2 split: root is the
 // encoded version-2 root, objs its other objects, fileRefs how many of its
-// reference chunks, the first ones, its leaves hold.
-func newPackSplit(root object, objs []object, fileRefs int) (*packSplit, error) {
+// reference chunks, the first ones, its leaves hold, and from (nil, or one
+// for each of those) how each is made from its leaf (splitMemo.refsFrom).
+func newPackSplit(root object, objs []object, fileRefs int, from []refFrom) (*packSplit, error) {
 	r, err := objDecodeRoot(root.data)
 	if err != nil {
 		return nil, err
 	}
-	ps := &packSplit{root: r, parts: make(map[keys.Digest][]byte, len(objs)), fileRefs: fileRefs}
+	if from != nil && len(from) != fileRefs {
+		return nil, fmt.Errorf("etcdstore: %d reference chunks made from leaves, want %d", len(from), fileRefs)
+	}
+	ps := &packSplit{root: r, parts: make(map[keys.Digest][]byte, len(objs)), fileRefs: fileRefs, from: from}
 	for _, o := range objs {
 		ps.parts[o.digest] = o.data
 	}
@@ -215,6 +248,36 @@ func (p *packed) objects() []object {
 func (ps *packSplit) pack(parent map[keys.Digest]partLoc) packed {
 	r := ps.root
 	order := [][]objPart{r.refs, r.conv, r.leaves}
+	// In a root of version 5 the leaves' reference chunks are made from
+	// the leaves and are not members; the leaves come before the
+	// conversation, so that the sweep's range read of the chunks a pack
+	// makes from its leaves does not span the conversation.
+	derive := writePackVersion == objPackCompressed && writeDerivedRefs && ps.from != nil
+	fromLeaf := map[keys.Digest]partLoc{}
+	leavesAt := 2 // the index of the leaves in order
+	if derive {
+		order, leavesAt = [][]objPart{r.refs, r.leaves, r.conv}, 1
+		for i, f := range ps.from {
+			d := r.refs[i].digest
+			l := partLoc{from: f.leaf + 1, pick: f.pick}
+			// The split made the chunk from these entries of this leaf
+			// (splitMemo.refsFrom); one the parent did not make from
+			// the same entries is made again here as a reader will, so
+			// that the root never names one a reader refuses, and one
+			// that does not come out is a member.
+			if p, ok := parent[d]; !ok || p.from == 0 || p.pick != f.pick {
+				if o, err := objDeriveRefChunk(ps.parts[r.leaves[f.leaf].digest], f.pick); err != nil || o.digest != d {
+					continue
+				}
+			}
+			fromLeaf[d] = l
+		}
+	}
+	// inParent returns where the parent has the member d.
+	inParent := func(d keys.Digest) (partLoc, bool) {
+		l, ok := parent[d]
+		return l, ok && l.inPack()
+	}
 	// How each part not left where it is goes into the new pack.
 	type member struct {
 		b   []byte
@@ -232,8 +295,54 @@ func (ps *packSplit) pack(parent map[keys.Digest]partLoc) packed {
 		}
 		return m
 	}
+	// patchOf returns a leaf d stored as a patch, when a base it can be
+	// patched against is in a pack for which keep holds and the patch is
+	// at most half the leaf stored whole: the base the parent's version of
+	// d (or d itself, in the parent) was patched against, else the
+	// parent's version of d when the parent stored it whole. A patch grows
+	// with the changes since its base; past half the leaf, the leaf is
+	// stored whole and is the base of the next (BenchmarkPackedThread: 20.4
+	// and 41.3 KB a turn over 20 turns, 29.0 and 72.7 over 100, against
+	// 22.1, 45.7, 28.4 and 72.0 patching whenever smaller).
+	patchOf := func(d keys.Digest, keep func(keys.Digest) bool) (member, partLoc, bool) {
+		if !derive {
+			return member{}, partLoc{}, false
+		}
+		var base partLoc
+		var data string
+		if l, ok := inParent(d); ok && l.delta != nil && keep(l.delta.pack) {
+			base, data = *l.delta, l.deltaBase
+		} else if q, ok := ps.prev[d]; !ok {
+			return member{}, partLoc{}, false
+		} else if lq, ok := inParent(q.digest); !ok {
+			return member{}, partLoc{}, false
+		} else if lq.delta != nil && keep(lq.delta.pack) {
+			base, data = *lq.delta, lq.deltaBase
+		} else if lq.delta == nil && keep(lq.pack) {
+			base, data = partLoc{pack: lq.pack, off: lq.off, size: lq.size, raw: lq.raw}, string(q.data)
+		} else {
+			return member{}, partLoc{}, false
+		}
+		b := ps.parts[d]
+		patch := leafPatch([]byte(data), b)
+		if got, err := applyLeafPatch([]byte(data), patch); err != nil || !bytes.Equal(got, b) {
+			return member{}, partLoc{}, false
+		}
+		var m member
+		m.b, m.raw = packCompress(patch)
+		if 2*len(m.b) > len(store(d).b) {
+			return member{}, partLoc{}, false
+		}
+		return m, partLoc{delta: &base, deltaBase: data}, true
+	}
+	anyPack := func(keys.Digest) bool { return true }
+	isLeaf := map[keys.Digest]bool{}
+	for _, p := range r.leaves {
+		isLeaf[p.digest] = true
+	}
 	// The bytes of this checkpoint each parent pack holds, and the bytes of
-	// the parts no parent pack holds, as stored.
+	// the parts no parent pack holds, as stored (a leaf as a patch when its
+	// base may stay named).
 	held := map[keys.Digest]int{}
 	seen := map[keys.Digest]bool{}
 	fresh, freshBytes := 0, 0
@@ -243,8 +352,14 @@ func (ps *packSplit) pack(parent map[keys.Digest]partLoc) packed {
 				continue
 			}
 			seen[p.digest] = true
-			if l, ok := parent[p.digest]; ok {
+			if _, ok := fromLeaf[p.digest]; ok {
+				continue
+			}
+			if l, ok := inParent(p.digest); ok {
 				held[l.pack] += l.size
+			} else if m, _, ok := patchOf(p.digest, anyPack); isLeaf[p.digest] && ok {
+				fresh++
+				freshBytes += len(m.b)
 			} else {
 				fresh++
 				freshBytes += len(store(p.digest).b)
@@ -271,17 +386,28 @@ func (ps *packSplit) pack(parent map[keys.Digest]partLoc) packed {
 			if _, ok := out.locs[p.digest]; ok {
 				continue
 			}
-			if l, ok := parent[p.digest]; ok && kept[l.pack] {
+			if l, ok := fromLeaf[p.digest]; ok {
+				out.locs[p.digest] = l
+				continue
+			}
+			if l, ok := inParent(p.digest); ok && kept[l.pack] && (l.delta == nil || kept[l.delta.pack]) {
 				out.locs[p.digest] = l
 				out.inherits = true
 				continue
 			}
 			g := 0
-			if apart && k != 2 && (k != 0 || i >= ps.fileRefs) {
+			if apart && k != leavesAt && (k != 0 || i >= ps.fileRefs) {
 				g = 1
 			}
 			m := store(p.digest)
-			out.locs[p.digest] = partLoc{off: len(data[g]), size: len(m.b), raw: m.raw}
+			var at partLoc
+			if k == leavesAt {
+				if pm, l, ok := patchOf(p.digest, func(d keys.Digest) bool { return kept[d] }); ok {
+					m, at = pm, l
+				}
+			}
+			at.off, at.size, at.raw = len(data[g]), len(m.b), m.raw
+			out.locs[p.digest] = at
 			group[p.digest] = g
 			data[g] = append(data[g], m.b...)
 		}
@@ -303,7 +429,10 @@ func (ps *packSplit) pack(parent map[keys.Digest]partLoc) packed {
 	}
 	packs = append(packs, old...)
 	version := byte(objRootPacked)
-	if writePackVersion == objPackCompressed {
+	switch {
+	case derive:
+		version = objRootDerived
+	case writePackVersion == objPackCompressed:
 		version = objRootCompressed
 	}
 	pr := objRoot{version: version, convPresent: r.convPresent, artifacts: r.artifacts, packs: packs}
@@ -345,15 +474,16 @@ func (s *Store) fetchParts(ctx context.Context, parts []objPart) (map[string][]b
 	return s.fetchPartsFrom(ctx, parts, nil)
 }
 
-// fetchPartsFrom is fetchParts with packs already read whole (by digest,
-// not yet verified): their members are cut from those bytes instead of
-// read by range.
-func (s *Store) fetchPartsFrom(ctx context.Context, parts []objPart, whole map[keys.Digest][]byte) (map[string][]byte, error) {
+// fetchMembers is fetchPartsFrom for parts that are objects or members of
+// packs (none made from a leaf): it returns their verified bytes by object
+// key.
+func (s *Store) fetchMembers(ctx context.Context, parts []objPart, whole map[keys.Digest][]byte) (map[string][]byte, error) {
 	out := make(map[string][]byte, len(parts))
 	var single []keys.Digest
 	byPack := map[keys.Digest][]objPart{}
 	var packs []keys.Digest
 	seen := map[keys.Digest]bool{}
+	seenBase := map[partLoc]bool{}
 	for _, p := range parts {
 		if seen[p.digest] {
 			continue
@@ -367,10 +497,21 @@ func (s *Store) fetchPartsFrom(ctx context.Context, parts []objPart, whole map[k
 			single = append(single, p.digest)
 			continue
 		}
-		if byPack[p.at.pack] == nil {
-			packs = append(packs, p.at.pack)
+		add := func(p objPart) {
+			if byPack[p.at.pack] == nil {
+				packs = append(packs, p.at.pack)
+			}
+			byPack[p.at.pack] = append(byPack[p.at.pack], p)
 		}
-		byPack[p.at.pack] = append(byPack[p.at.pack], p)
+		add(p)
+		if l := p.at.delta; l != nil {
+			// The base of a patched leaf: read with the members,
+			// decoded, not verified on its own (n < 0 marks it).
+			if at := (partLoc{pack: l.pack, off: l.off, size: l.size, raw: l.raw}); !seenBase[at] {
+				seenBase[at] = true
+				add(objPart{digest: p.digest, n: -1, at: at})
+			}
+		}
 	}
 	got, err := s.fetchObjects(ctx, single)
 	if err != nil {
@@ -383,6 +524,10 @@ func (s *Store) fetchPartsFrom(ctx context.Context, parts []objPart, whole map[k
 		return nil, fmt.Errorf("etcdstore: %w", objError(packs[0], fmt.Errorf("the store has no object bucket (Options.Objects)")))
 	}
 	members := make([]map[string][]byte, len(packs))
+	// The bases of patched leaves by place, and the patches by leaf.
+	var mu sync.Mutex
+	bases := map[partLoc][]byte{}
+	patches := map[keys.Digest][]byte{}
 	err = forEach(ctx, len(packs), objectParallel, func(ctx context.Context, i int) error {
 		ps := byPack[packs[i]]
 		from, to := ps[0].at.off, 0
@@ -409,6 +554,16 @@ func (s *Store) fetchPartsFrom(ctx context.Context, parts []objPart, whole map[k
 			if err != nil {
 				return fmt.Errorf("etcdstore: pack %s: %w", objectKey(packs[i]), objError(p.digest, err))
 			}
+			if p.n < 0 || p.at.delta != nil {
+				mu.Lock()
+				defer mu.Unlock()
+				if p.n < 0 {
+					bases[p.at] = mb
+				} else {
+					patches[p.digest] = mb
+				}
+				return nil
+			}
 			if sha256.Sum256(mb) != p.digest {
 				return fmt.Errorf("etcdstore: pack %s: %w", objectKey(packs[i]), objError(p.digest, errObjDigest))
 			}
@@ -420,14 +575,32 @@ func (s *Store) fetchPartsFrom(ctx context.Context, parts []objPart, whole map[k
 		}
 		m := make(map[string][]byte, len(ps))
 		for j, p := range ps {
-			s.objCache.put(p.digest, got[j])
-			m[objectKey(p.digest)] = got[j]
+			if got[j] != nil {
+				s.objCache.put(p.digest, got[j])
+				m[objectKey(p.digest)] = got[j]
+			}
 		}
 		members[i] = m
 		return nil
 	})
 	if err != nil {
 		return nil, err
+	}
+	for _, p := range parts {
+		patch, ok := patches[p.digest]
+		if !ok {
+			continue
+		}
+		delete(patches, p.digest)
+		b, err := applyLeafPatch(bases[partLoc{pack: p.at.delta.pack, off: p.at.delta.off, size: p.at.delta.size, raw: p.at.delta.raw}], patch)
+		if err == nil && sha256.Sum256(b) != p.digest {
+			err = errObjDigest
+		}
+		if err != nil {
+			return nil, fmt.Errorf("etcdstore: pack %s: %w", objectKey(p.at.pack), objError(p.digest, err))
+		}
+		s.objCache.put(p.digest, b)
+		out[objectKey(p.digest)] = b
 	}
 	for _, m := range members {
 		for k, b := range m {
@@ -458,7 +631,7 @@ func parsePacks(s string) ([]keys.Digest, error) {
 // repackRatio is the write-time repack's tier ratio: besides the packs it
 // must drop, it copies a parent pack forward when the checkpoint's bytes in
 // it are at most this many times the bytes the new pack holds so far.
-const repackRatio = 1
+const repackRatio = 1.25
 
 // repackKeep returns the parent packs whose parts a new packed root leaves
 // where they are, the most bytes held first (the write-time repack copies
@@ -467,12 +640,18 @@ const repackRatio = 1
 // parent pack holds and their bytes. With no fresh part and at most objRootPacks parent packs it keeps
 // them all. Otherwise it goes through the parent packs from the fewest
 // bytes held to the most, copies those it must so that at most
-// objRootPacks-1 remain, and then copies each pack that holds at most
-// repackRatio times what the new pack holds so far (a tier as small as the
-// new pack is merged into it, as in a size-tiered compaction), and keeps
-// the rest. Copying only what it must (the smallest) makes what is copied
-// grow with every turn of a thread, as the newest pack keeps absorbing the
-// one before; merging tiers of similar size copies less in total.
+// objRootPacks-1 remain, and then copies each pack but the one holding the
+// most that holds at most repackRatio times what the new pack holds so far
+// (a tier as small as the new pack is merged into it, as in a size-tiered
+// compaction), and keeps the rest. Copying only what it must (the
+// smallest) makes what is copied grow with every turn of a thread, as the
+// newest pack keeps absorbing the one before; merging tiers of similar size
+// copies less in total. The pack holding the most is copied only when it
+// must be: merged by the tier rule it made every part of the checkpoint be
+// copied at once (on BenchmarkPackedThread's words, twice in 20 turns, 130
+// and 172 KB), and it is usually the thread's first pack, its files, which
+// the tier rule merges once the checkpoint holds less of it than of another
+// pack.
 func repackKeep(held map[keys.Digest]int, fresh, freshBytes int) []keys.Digest {
 	asc := make([]keys.Digest, 0, len(held))
 	for d := range held {
@@ -492,7 +671,7 @@ func repackKeep(held map[keys.Digest]int, fresh, freshBytes int) []keys.Digest {
 	acc := freshBytes
 	var kept []keys.Digest
 	for i, d := range asc {
-		if i < must || held[d] <= repackRatio*acc {
+		if i < must || i < len(asc)-1 && float64(held[d]) <= repackRatio*float64(acc) {
 			acc += held[d]
 			continue
 		}

@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -49,19 +50,15 @@ func packThreadCost(tb testing.TB, repeat bool, turns int) (fresh, copied, roots
 			}
 		}
 		c := cairn.Checkpoint{Files: files, Conversation: conv[:(turn+1)*len(conv)/turns]}
-		root, objs, refs, next, err := splitTreeCut(&c, memo, objPackLeafCut)
-		if err != nil {
-			tb.Fatal(err)
+		var p packed
+		p, memo = packTurn(tb, &c, memo, parent)
+		for d, l := range p.locs {
+			// Every member, and the base of every patch, is in a pack
+			// the root names.
+			if l.inPack() && !slices.Contains(p.packs, l.pack) || l.delta != nil && !slices.Contains(p.packs, l.delta.pack) {
+				tb.Fatalf("turn %d: part %x is at %+v, in a pack its root does not name", turn, d[:4], l)
+			}
 		}
-		memo = next
-		for _, r := range refs {
-			objs = append(objs, r.object)
-		}
-		ps, err := newPackSplit(root, objs, next.leafRefs())
-		if err != nil {
-			tb.Fatal(err)
-		}
-		p := ps.pack(parent)
 		if turn > 0 {
 			roots += len(p.root.data)
 			for d, l := range p.locs {
@@ -78,6 +75,27 @@ func packThreadCost(tb testing.TB, repeat bool, turns int) (fresh, copied, roots
 		parent = p.locs
 	}
 	return fresh, copied, roots
+}
+
+// packTurn splits c on memo, the split of the thread's checkpoint before
+// (nil for none), as an append does, and packs it on parent, where that
+// checkpoint's parts are: the packed root of version 5 and the split's
+// memo.
+func packTurn(tb testing.TB, c *cairn.Checkpoint, memo *splitMemo, parent map[keys.Digest]partLoc) (packed, *splitMemo) {
+	tb.Helper()
+	root, objs, refs, next, err := splitTreeCut(c, memo, objPackLeafCut)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, r := range refs {
+		objs = append(objs, r.object)
+	}
+	ps, err := newPackSplit(root, objs, next.leafRefs(), next.refsFrom())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ps.prev = next.prevLeaves(memo)
+	return ps.pack(parent), next
 }
 
 // BenchmarkPackedThread reports what a thread of the capacity workload

@@ -48,7 +48,9 @@ func newMetaKeys(t *testing.T, mem *bucket.Memory, before []string) []string {
 // written: version 1 (a store without Objects), the capacity layout with
 // every part an object of its own (as written before packs), packed roots
 // of version 3 (members as they are), then of version 4 (members
-// compressed), which name the version-3 packs they inherit from. It checks that each packed append puts at most a pack and a root,
+// compressed), which name the version-3 packs they inherit from, then of
+// version 5 (reference chunks made from leaves, leaves stored as patches)
+// on those. It checks that each packed append puts at most a pack and a root,
 // that every packed root names at most objRootPacks packs and a cold Get
 // reads at most 1+objRootPacks times, and then prunes, forks and sweeps:
 // the sweep keeps exactly the blobs and objects live checkpoints name (a
@@ -85,16 +87,20 @@ func TestPackedCompatibility(t *testing.T) {
 	roots := map[string]keys.Digest{} // packed checkpoint → its root
 	packsOf := map[string][]string{}  // packed checkpoint → the packs it wrote
 	// a-5..a-7 are packed as before compression (root version 3, packs
-	// 'P' 1), a-8..a-12 with compressed members (version 4, 'P' 2), on
-	// the packs of the ones before.
-	t.Cleanup(func() { writePackVersion = objPackCompressed })
-	compressed, plain := 0, 0
+	// 'P' 1), a-8 and a-9 with compressed members (version 4, 'P' 2),
+	// a-10..a-12 with reference chunks made from their leaves (version 5,
+	// 'P' 2), each on the packs of the ones before.
+	t.Cleanup(func() { writePackVersion, writeDerivedRefs = objPackCompressed, true })
+	compressed, plain, derived, patched := 0, 0, 0, 0
 	for i := range 8 {
-		wantRoot, wantPack := byte(objRootCompressed), byte(objPackCompressed)
-		if i < 3 {
+		wantRoot, wantPack := byte(objRootDerived), byte(objPackCompressed)
+		switch {
+		case i < 3:
 			wantRoot, wantPack = objRootPacked, objVersion
+		case i < 5:
+			wantRoot = objRootCompressed
 		}
-		writePackVersion = wantPack
+		writePackVersion, writeDerivedRefs = wantPack, wantRoot == objRootDerived
 		before := memKeysOf(t, e.mem, cairn.ObjectPrefix)
 		c := next()
 		e.append(s, w, c)
@@ -119,6 +125,12 @@ func TestPackedCompatibility(t *testing.T) {
 					t.Fatalf("root of %s names %d packs", c.ID, len(r.packs))
 				}
 				for _, p := range append(append(slices.Clone(r.leaves), r.conv...), r.refs...) {
+					if p.at.from > 0 {
+						derived++
+					}
+					if p.at.delta != nil {
+						patched++
+					}
 					if p.at.raw > 0 {
 						compressed++
 					} else {
@@ -156,12 +168,13 @@ func TestPackedCompatibility(t *testing.T) {
 			t.Fatalf("a cold Get of %s read the bucket %d times", c.ID, n)
 		}
 	}
-	if compressed == 0 || plain == 0 {
-		t.Fatalf("packed roots name %d compressed and %d uncompressed members: the test covers both only with some of each", compressed, plain)
+	if compressed == 0 || plain == 0 || derived == 0 || patched == 0 {
+		t.Fatalf("packed roots name %d compressed and %d uncompressed members, %d reference chunks made from leaves and %d leaves stored as patches: the test covers each only with some of each", compressed, plain, derived, patched)
 	}
-	// Forks of the unpacked a-4, the packed a-6 (pruned below) and the
-	// compressed a-9.
-	for dest, src := range map[string]string{"f1": "a-4", "f2": "a-6", "f3": "a-9"} {
+	// Forks of the unpacked a-4, the packed a-6 (pruned below), the
+	// compressed a-9 and a-10, whose reference chunks are made from its
+	// leaves.
+	for dest, src := range map[string]string{"f1": "a-4", "f2": "a-6", "f3": "a-9", "f4": "a-10"} {
 		fw := e.writer(s, dest)
 		root, err := s.ForkFromCheckpoint(e.ctx, cairn.ForkInput{SourceThreadID: "a", SourceCheckpointID: src,
 			DestinationThreadID: dest, DestinationCheckpointID: dest + "-root", CreatedAt: 5000, Writer: fw})
@@ -177,7 +190,7 @@ func TestPackedCompatibility(t *testing.T) {
 	if err := s.DeleteHead(e.ctx, cairn.DeleteHeadInput{ThreadID: "a", CheckpointID: "a-12", Writer: w}); err != nil {
 		t.Fatal(err)
 	}
-	live := []string{"a-8", "a-9", "a-10", "a-11", "f1-root", "f2-root", "f3-root"}
+	live := []string{"a-8", "a-9", "a-10", "a-11", "f1-root", "f2-root", "f3-root", "f4-root"}
 	var liveCps []cairn.Checkpoint
 	for _, id := range live {
 		liveCps = append(liveCps, byID[id])
@@ -230,6 +243,20 @@ func TestPackedCompatibility(t *testing.T) {
 	}
 	if !mixed {
 		t.Fatal("no live compressed root names a pack of version 1: the test does not cover the two forms in one root")
+	}
+	// A root of version 5 that names a pack written with a root of
+	// version 4 (whose members include reference chunks).
+	mixed = false
+	for _, id := range []string{"a-10", "a-11"} {
+		b, _ := e.mem.Get(e.ctx, objectKey(roots[id]))
+		r, _ := objDecodeRoot(b)
+		for _, p := range r.packs {
+			k := objectKey(p)
+			mixed = mixed || slices.Contains(packsOf["a-8"], k) || slices.Contains(packsOf["a-9"], k)
+		}
+	}
+	if !mixed {
+		t.Fatal("no live root of version 5 names a pack of a version-4 root: the test does not cover the two forms in one root")
 	}
 	e.sweepKeeps(s, wantLive, live, byID)
 }

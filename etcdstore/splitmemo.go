@@ -229,6 +229,35 @@ func objLeafEqual(b []byte, files []cairn.Entry) bool {
 	return len(b) == 0
 }
 
+// refsFrom returns how the reference chunks of the leaves of the split of
+// m, the first ones of its root, are made from their leaves (packref.go).
+func (m *splitMemo) refsFrom() []refFrom {
+	out := make([]refFrom, 0, len(m.leaves))
+	for i := range m.leaves {
+		if l := &m.leaves[i]; l.chunk != nil {
+			out = append(out, refFrom{leaf: i, pick: pickBitmap(l.n, l.firsts)})
+		}
+	}
+	return out
+}
+
+// prevLeaves returns, by the digest of each leaf of the split of m that
+// prev (the thread's split before, nil for none) did not have, the leaf
+// prev had starting at the same path: the version a patch of it is made
+// against (packdelta.go).
+func (m *splitMemo) prevLeaves(prev *splitMemo) map[keys.Digest]object {
+	out := map[keys.Digest]object{}
+	if prev == nil {
+		return out
+	}
+	for path, i := range m.byFirst {
+		if j, ok := prev.byFirst[path]; ok && prev.leaves[j].leaf.digest != m.leaves[i].leaf.digest {
+			out[m.leaves[i].leaf.digest] = prev.leaves[j].leaf
+		}
+	}
+	return out
+}
+
 // leafRefs returns how many reference chunks the leaves of the split of m
 // have: the first ones of its root.
 func (m *splitMemo) leafRefs() int {
