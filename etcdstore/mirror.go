@@ -379,9 +379,10 @@ func (m *Mirror) setCount(k string, n int) { m.ovCounts[k] = n }
 // Live calls fn for every bucket key the mirror counts as referenced, in key
 // order, with its count, which is the walk's. It stops at fn's error. It
 // reads the counts from the file in pages, holding no transaction while fn
-// runs. Errors: fn's, or the file could not be read (ErrMirror).
+// runs: every count is in the file between syncs, since a sync writes its
+// overlay back (or drops it) before it returns. Errors: fn's, or the file
+// could not be read (ErrMirror).
 func (m *Mirror) Live(fn func(cairn.BlobReference) error) error {
-	ov := slices.Sorted(maps.Keys(m.ovCounts))
 	from := []byte{1} // node ids start with 0; bucket keys after them
 	for {
 		var page []cairn.BlobReference
@@ -408,34 +409,7 @@ func (m *Mirror) Live(fn func(cairn.BlobReference) error) error {
 		if err != nil {
 			return err
 		}
-		// Merge what the current sync changed (before next, or all of it on
-		// the last page).
-		var merged []cairn.BlobReference
 		for _, r := range page {
-			for len(ov) > 0 && ov[0] < r.Key && (next == nil || ov[0] < string(next)) {
-				if k := ov[0]; !isNode(k) && m.ovCounts[k] > 0 {
-					merged = append(merged, cairn.BlobReference{Key: k, References: m.ovCounts[k]})
-				}
-				ov = ov[1:]
-			}
-			if n, ok := m.ovCounts[r.Key]; ok {
-				if len(ov) > 0 && ov[0] == r.Key {
-					ov = ov[1:]
-				}
-				if n == 0 {
-					continue
-				}
-				r.References = n
-			}
-			merged = append(merged, r)
-		}
-		for len(ov) > 0 && (next == nil || ov[0] < string(next)) {
-			if k := ov[0]; !isNode(k) && m.ovCounts[k] > 0 {
-				merged = append(merged, cairn.BlobReference{Key: k, References: m.ovCounts[k]})
-			}
-			ov = ov[1:]
-		}
-		for _, r := range merged {
 			if err := fn(r); err != nil {
 				return err
 			}
