@@ -132,8 +132,8 @@ func (s *sweeper) begin(ctx context.Context, protocol string) {
 // zero, the marked keys still unreferenced at a second read become targets),
 // calls marked once the marks are written (never in a dry run), and deletes
 // the targets. A dry run writes nothing and reports what the real run would
-// do. An incremental
-// run's new targets get the HEAD requests its first ones got.
+// do. An incremental run's new targets get the HEAD requests its first ones
+// got.
 func (s *sweeper) decide(ctx context.Context, cands []candidate, targets []target, drop []cairn.GCRecord, mark []string, marked func()) error {
 	rep := s.rep
 	fresh := func(ts []target) ([]target, error) {
