@@ -118,6 +118,13 @@ type MirrorStats struct {
 	Events int64
 	// ObjectReads is the number of objects read from the bucket for nodes.
 	ObjectReads int64
+	// ChildReads is the number of times a node's children were read back
+	// from the file, because its count changed.
+	ChildReads int64
+	// CountsWritten is the number of counts the syncs changed in the file
+	// (set, changed or removed): what one sync writes follows what it
+	// changed, not what the mirror holds.
+	CountsWritten int64
 	// Discarded says why the file's state was discarded at open, or "".
 	Discarded string
 }
@@ -713,11 +720,17 @@ func recHash(key string, v []byte) uint64 {
 }
 
 // apply counts what the changed records keep now instead of what they kept
-// before: additions first (reading the children of nodes that become live),
-// then removals, so that a record moved within the sync never takes a count
-// through zero.
+// before. It sums each key's change first and passes the sum down, level by
+// level (records, then roots and transcripts, then reference chunks), so that
+// a key is looked up, and a node's children read, once a sync however many of
+// the changed records reach it, and a node whose count does not change passes
+// nothing to its children: a turn appended and a turn pruned on the same
+// thread cancel on the nodes they share. Counts stay exact, as the walk
+// counts them: a child's count changes by the sum of its parents' changes.
+// Within a sync a record moved from one key to another never takes a count
+// through zero, since only the sums are applied.
 func (m *Mirror) apply(ctx context.Context, ch change) error {
-	var adds, dels []string
+	delta := map[string]int{}
 	for key, old := range ch {
 		now := m.rec(key)
 		if bytes.Equal(old, now) {
@@ -734,60 +747,57 @@ func (m *Mirror) apply(ctx context.Context, ch change) error {
 		if m.broken.forkShort {
 			a = slices.DeleteFunc(a, func(e string) bool { return isNode(e) && e[1] == nodeRoot && m.Count(e) > 0 })
 		}
-		adds = append(adds, a...)
-		dels = append(dels, d...)
-	}
-	if err := m.add(ctx, adds); err != nil {
-		return err
+		for _, e := range a {
+			delta[e]++
+		}
+		for _, e := range d {
+			delta[e]--
+		}
 	}
 	for _, k := range m.ended {
 		m.zeroed[k] = m.rev
 		m.dirtyZero[k] = true
 	}
 	m.ended = nil
-	for len(dels) > 0 {
-		k := dels[len(dels)-1]
-		dels = dels[:len(dels)-1]
-		n := m.Count(k)
-		if n == 0 {
-			continue // not counted: cannot happen while the counts are exact
-		}
-		if isNode(k) {
-			// Children are read from the file only here and when a node
-			// becomes live; a node's count above 1 still passes the fall
-			// to its children, so that a child's count stays the sum of
-			// its parents'.
-			ks, _ := m.kidsOf(k)
-			dels = append(dels, ks...)
-		}
-		if n > 1 {
-			m.setCount(k, n-1)
-			continue
-		}
-		m.setCount(k, 0)
-		if isNode(k) {
-			m.ovKids[k] = ovKids{}
-		} else {
-			m.zeroed[k] = m.rev
-			m.dirtyZero[k] = true
-		}
-	}
-	return nil
-}
-
-// add counts the keys ks once more each, and the children of each node
-// among them once more each (so a count is exact: a child's count is the sum
-// of its parents' counts), level by level. The children of a node that is
-// not kept are read first, objectParallel nodes at a time.
-func (m *Mirror) add(ctx context.Context, ks []string) error {
-	for len(ks) > 0 {
+	defer func() { m.parts = map[keys.Digest]objPart{} }()
+	for len(delta) > 0 {
+		next := map[string]int{}
 		var fresh []string
-		for _, k := range ks {
+		var freshBy []int
+		// In key order: the file's lookups then walk its pages in order.
+		for _, k := range slices.Sorted(maps.Keys(delta)) {
+			d := delta[k]
+			if d == 0 {
+				continue
+			}
 			n := m.Count(k)
-			m.setCount(k, n+1)
-			if isNode(k) && n == 0 {
-				m.ovKids[k] = ovKids{ok: true} // read below
-				fresh = append(fresh, k)
+			if n+d < 0 {
+				d = -n // not counted as often: cannot happen while the counts are exact
+			}
+			if d == 0 {
+				continue
+			}
+			m.setCount(k, n+d)
+			if isNode(k) {
+				if n == 0 {
+					// Live now: its children come from the bucket, below.
+					fresh, freshBy = append(fresh, k), append(freshBy, d)
+					continue
+				}
+				// Children are read from the file only here: a change of a
+				// node's count, whatever its size, passes to its children,
+				// so that a child's count stays the sum of its parents'.
+				ks, _ := m.kidsOf(k)
+				m.stats.ChildReads++
+				for _, c := range ks {
+					next[c] += d
+				}
+				if n+d == 0 {
+					m.ovKids[k] = ovKids{}
+				}
+			} else if n+d == 0 {
+				m.zeroed[k] = m.rev
+				m.dirtyZero[k] = true
 			}
 		}
 		got, err := m.read(ctx, fresh)
@@ -796,17 +806,12 @@ func (m *Mirror) add(ctx context.Context, ks []string) error {
 		}
 		for i, k := range fresh {
 			m.ovKids[k] = ovKids{ks: got[i], ok: true}
-		}
-		var next []string
-		for _, k := range ks {
-			if isNode(k) {
-				c, _ := m.kidsOf(k)
-				next = append(next, c...)
+			for _, c := range got[i] {
+				next[c] += freshBy[i]
 			}
 		}
-		ks = next
+		delta = next
 	}
-	m.parts = map[keys.Digest]objPart{}
 	return nil
 }
 
@@ -1124,6 +1129,7 @@ func decodeKidsBody(b []byte) ([]string, bool) {
 // children in step with what it writes; the overlay is then dropped.
 func (m *Mirror) persist() error {
 	nrecs, rsum, ncounts, csum, nkids := m.nrecs, m.rsum, m.ncounts, m.csum, m.nkids
+	written := m.stats.CountsWritten
 	err := m.db.Update(func(tx *bolt.Tx) error {
 		bs := make([]*bolt.Bucket, 5)
 		for i, name := range [][]byte{mirrorMeta, mirrorRecs, mirrorKids, mirrorCounts, mirrorZero} {
@@ -1131,6 +1137,12 @@ func (m *Mirror) persist() error {
 			if err != nil {
 				return err
 			}
+			// Pages are written full: keys are written in order, and
+			// a count or a record is mostly rewritten at the same size,
+			// so a page that is full need not split, and a sync that
+			// changes keys spread over the bucket rewrites half as many
+			// pages as at bbolt's default of half full.
+			b.FillPercent = 1
 			bs[i] = b
 		}
 		err := writeBack(bs[1], m.ovRecs, func(k string, old []byte) {
@@ -1159,12 +1171,19 @@ func (m *Mirror) persist() error {
 		if err != nil {
 			return err
 		}
-		err = writeBack(bs[3], m.ovCounts, func(k string, old []byte) {
+		err = writeBackChanged(bs[3], m.ovCounts, func(old []byte, n int) bool {
+			if old == nil {
+				return n == 0
+			}
+			o, ok := decodeCount(old)
+			return ok && o == n && !m.broken.dropCount
+		}, func(k string, old []byte) {
 			if n, ok := decodeCount(old); ok {
 				m.csum ^= countHash(k, n)
 			}
 			m.ncounts--
 		}, func(k string, n int) ([]byte, bool) {
+			m.stats.CountsWritten++
 			if n == 0 {
 				return nil, false
 			}
@@ -1183,6 +1202,7 @@ func (m *Mirror) persist() error {
 	m.dirtyZero = map[string]bool{}
 	if err != nil {
 		m.nrecs, m.rsum, m.ncounts, m.csum, m.nkids = nrecs, rsum, ncounts, csum, nkids
+		m.stats.CountsWritten = written
 		return fmt.Errorf("%w: write %s: %w", ErrMirror, m.path, err)
 	}
 	m.clearOverlay()
@@ -1195,8 +1215,19 @@ func (m *Mirror) persist() error {
 // is told the value it replaces, if any, and value gives the new one, or
 // false to delete the key.
 func writeBack[V any](b *bolt.Bucket, ov map[string]V, gone func(k string, old []byte), value func(k string, v V) ([]byte, bool)) error {
+	return writeBackChanged(b, ov, nil, gone, value)
+}
+
+// writeBackChanged is writeBack that leaves a key alone when same says its
+// value in the file is already the overlay's (or, with no value in the file,
+// when the overlay removes it): a page that nothing changed is not written.
+func writeBackChanged[V any](b *bolt.Bucket, ov map[string]V, same func(old []byte, v V) bool, gone func(k string, old []byte), value func(k string, v V) ([]byte, bool)) error {
 	for _, k := range slices.Sorted(maps.Keys(ov)) {
-		if old := b.Get([]byte(k)); old != nil {
+		old := b.Get([]byte(k))
+		if same != nil && same(old, ov[k]) {
+			continue
+		}
+		if old != nil {
 			gone(k, old)
 		}
 		var err error

@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -951,4 +952,60 @@ func TestMirrorOverlayWriteBack(t *testing.T) {
 		}
 		t.Logf("caught: %v", err)
 	})
+}
+
+// A sync applies each key's summed change once: a fork's thread deleted
+// (and its transcript emptied) and a fork of the same checkpoint under the
+// same id made in one sync leave every count as it was (the two forks'
+// records name the same root), so the sync
+// neither reads a node's children back from the file nor writes a count. A
+// mirror that passes each record's change down on its own (+1 to every key
+// under the root, then -1 to each) reads the children back; one that writes
+// back every count it touched rewrites them unchanged.
+func TestMirrorSummedChange(t *testing.T) {
+	b := newMirrorBed(t, 5, mirrorFault{})
+	ctx := b.e.ctx
+	src := b.thread(b.small, "src")
+	c := b.checkpoint("src", src)
+	if _, err := b.small.Append(ctx, cairn.AppendInput{Checkpoint: c, Writer: src.w}); err != nil {
+		t.Fatal(err)
+	}
+	fork := func(dst string) {
+		t.Helper()
+		th := b.thread(b.small, dst)
+		if _, err := b.small.ForkFromCheckpoint(ctx, cairn.ForkInput{SourceThreadID: "src", SourceCheckpointID: c.ID,
+			DestinationThreadID: dst, DestinationCheckpointID: "fork", CreatedAt: 1, Writer: th.w}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fork("one")
+	if _, err := b.m.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := b.m.Stats()
+	if before.CountsWritten == 0 || before.ChildReads != 0 {
+		t.Fatalf("the first sync wrote %d counts and read children back %d times", before.CountsWritten, before.ChildReads)
+	}
+	// The first fork's thread and its transcript (which names the root
+	// too) go; the second fork names the same root, with the same id.
+	if _, err := b.small.DeleteThread(ctx, cairn.DeleteThreadInput{ThreadID: "one", Writer: b.threads["one"].w}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.small.Transcripts().SaveThread(ctx, "one", json.RawMessage(`[]`)); err != nil {
+		t.Fatal(err)
+	}
+	fork("two")
+	if _, err := b.m.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.check(); err != nil {
+		t.Fatal(err)
+	}
+	after := b.m.Stats()
+	if n := after.ChildReads - before.ChildReads; n != 0 {
+		t.Errorf("the sync read children back %d times, want 0", n)
+	}
+	if n := after.CountsWritten - before.CountsWritten; n != 0 {
+		t.Errorf("the sync wrote %d counts, want 0", n)
+	}
 }
