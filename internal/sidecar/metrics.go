@@ -59,6 +59,7 @@ type Metrics struct {
 	// The incremental sweep's mirror.
 	mirrorMismatches                                                  prometheus.Counter
 	mirrorRevision, mirrorRebuilds, mirrorRestarts, mirrorObjectReads prometheus.Gauge
+	mirrorCountsWritten                                               prometheus.Gauge
 }
 
 // NewMetrics creates the metrics on a new registry. dryRun sets the dry_run
@@ -133,6 +134,8 @@ func NewMetrics(dryRun bool) *Metrics {
 			"Times since start the mirror's watch ended compacted or failed (a compacted one costs one range read of the reference records)."))),
 		mirrorObjectReads: prometheus.NewGauge(prometheus.GaugeOpts(f("mirror_object_reads",
 			"Roots and reference chunks the mirror read from the bucket since start (each when it first became referenced)."))),
+		mirrorCountsWritten: prometheus.NewGauge(prometheus.GaugeOpts(f("mirror_counts_written",
+			"Reference counts the mirror changed in its file since start: what its syncs wrote, which follows what changed in the store, not what it holds."))),
 	}
 	pol := func(name, help string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts(f(name, help)), []string{"policy"})
@@ -147,7 +150,7 @@ func NewMetrics(dryRun bool) *Metrics {
 	r.MustRegister(m.runs, m.deleted, m.freed, m.deleteFailures, m.pruned, m.duration, m.lastSuccess, m.lastRun,
 		m.dryRun, m.lockHeld, m.bucketBlobs, m.bucketBytes, m.listRequests, m.headRequests, m.incremental, m.unreferenced, m.references, m.verifyProblems,
 		m.verifyRepaired, m.busyThreadsSkipped, m.marked, m.aborted, m.claimed, m.unsettled, m.waitingCandidates, m.uncovered,
-		m.mirrorMismatches, m.mirrorRevision, m.mirrorRebuilds, m.mirrorRestarts, m.mirrorObjectReads)
+		m.mirrorMismatches, m.mirrorRevision, m.mirrorRebuilds, m.mirrorRestarts, m.mirrorObjectReads, m.mirrorCountsWritten)
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts(f("build_info", "Always 1; the labels describe the binary.")),
 		[]string{"version", "goversion"})
@@ -287,6 +290,7 @@ func (m *Metrics) observeMirror(st etcdstore.MirrorStats, rev int64) {
 	m.mirrorRebuilds.Set(float64(st.Rebuilds))
 	m.mirrorRestarts.Set(float64(st.WatchRestarts))
 	m.mirrorObjectReads.Set(float64(st.ObjectReads))
+	m.mirrorCountsWritten.Set(float64(st.CountsWritten))
 }
 
 // WatchEtcd adds the space gauges of the cluster client talks to, read at

@@ -315,8 +315,10 @@ func TestRun(t *testing.T) {
 		} {
 			equal(t, name, gauge(t, m, name), want)
 		}
-		if gauge(t, m, "mirror_revision") == 0 {
-			t.Errorf("mirror_revision is 0")
+		for _, name := range []string{"mirror_revision", "mirror_counts_written"} {
+			if gauge(t, m, name) == 0 {
+				t.Errorf("%s is 0 after the mirror's build", name)
+			}
 		}
 	})
 
