@@ -145,6 +145,12 @@ type mirrorFault struct {
 	// trustCounts does not check the file's counts against the header's
 	// summary at open.
 	trustCounts bool
+	// trustUnfinished loads a file an unfinished sync left (revision 0 with
+	// content) as if it were finished.
+	trustUnfinished bool
+	// afterFlush, when set, is called after each write of a cold build's
+	// batch, with the file's path; its error fails the sync there.
+	afterFlush func(path string) error
 }
 
 // ErrMirror: the mirror cannot be used (its file cannot be opened or written).
@@ -729,9 +735,72 @@ func recHash(key string, v []byte) uint64 {
 // counts them: a child's count changes by the sum of its parents' changes.
 // Within a sync a record moved from one key to another never takes a count
 // through zero, since only the sums are applied.
-func (m *Mirror) apply(ctx context.Context, ch change) error {
+//
+// A cold build (building: the sync began with an empty mirror) applies its
+// records applyBatch at a time, each batch's counts and children written to
+// the file before the next (flush), so that the heap holds one batch's
+// change, not the whole store's; a build that fails discards what it wrote,
+// which loses nothing. Any other sync applies its change at once and writes
+// it in one transaction, so that a failed sync keeps the last state.
+func (m *Mirror) apply(ctx context.Context, ch change, building bool) error {
+	for _, k := range m.ended {
+		m.zeroed[k] = m.rev
+		m.dirtyZero[k] = true
+	}
+	m.ended = nil
+	recs := slices.Sorted(maps.Keys(ch))
+	for len(recs) > 0 {
+		n := len(recs)
+		if building {
+			n = min(n, applyBatch)
+		}
+		if err := m.applyRecords(ctx, ch, recs[:n]); err != nil {
+			return err
+		}
+		recs = recs[n:]
+		if len(recs) > 0 {
+			if err := m.flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// applyBatch is how many records a cold build applies between two writes of
+// its overlay to the file (a variable for the tests).
+var applyBatch = 1024
+
+// flush writes the overlay to the file in the middle of a sync, under a
+// header that says the file is unfinished (revision 0, with content): a file
+// left so by a crash is discarded at open, and a sync that fails after it
+// discards it too (abandon). The sync's read transaction is begun again.
+func (m *Mirror) flush() error {
+	if m.readErr != nil {
+		return m.readErr
+	}
+	m.endRead()
+	if err := m.persist(false); err != nil {
+		return err
+	}
+	if m.broken.afterFlush != nil {
+		if err := m.broken.afterFlush(m.path); err != nil {
+			return err
+		}
+	}
+	rtx, err := m.db.Begin(false)
+	if err != nil {
+		return fmt.Errorf("%w: read %s: %w", ErrMirror, m.path, err)
+	}
+	m.rtx = rtx
+	return nil
+}
+
+// applyRecords applies the change of the records recs (keys of ch).
+func (m *Mirror) applyRecords(ctx context.Context, ch change, recs []string) error {
 	delta := map[string]int{}
-	for key, old := range ch {
+	for _, key := range recs {
+		old := ch[key]
 		now := m.rec(key)
 		if bytes.Equal(old, now) {
 			continue
@@ -754,11 +823,6 @@ func (m *Mirror) apply(ctx context.Context, ch change) error {
 			delta[e]--
 		}
 	}
-	for _, k := range m.ended {
-		m.zeroed[k] = m.rev
-		m.dirtyZero[k] = true
-	}
-	m.ended = nil
 	defer func() { m.parts = map[keys.Digest]objPart{} }()
 	for len(delta) > 0 {
 		next := map[string]int{}
@@ -831,7 +895,9 @@ func (m *Mirror) Sync(ctx context.Context) (int64, error) {
 	}
 	if m.rev != 0 && m.cluster != cluster {
 		m.s.log.Warn("etcdstore: mirror of another cluster; rebuilding", "file_cluster", m.cluster, "cluster", cluster)
-		m.reset()
+		if err := m.Discard(); err != nil {
+			return m.rev, err
+		}
 	}
 	m.cluster = cluster
 	rtx, err := m.db.Begin(false)
@@ -841,7 +907,8 @@ func (m *Mirror) Sync(ctx context.Context) (int64, error) {
 	m.rtx = rtx
 	defer m.endRead()
 	ch := change{}
-	if m.rev == 0 {
+	building := m.rev == 0
+	if building {
 		m.stats.Rebuilds++
 		if err := m.relist(ctx, ch, target); err != nil {
 			return m.abandon(err)
@@ -851,14 +918,14 @@ func (m *Mirror) Sync(ctx context.Context) (int64, error) {
 			return m.abandon(err)
 		}
 	}
-	if err := m.apply(ctx, ch); err != nil {
+	if err := m.apply(ctx, ch, building); err != nil {
 		return m.abandon(err)
 	}
 	if m.readErr != nil {
 		return m.abandon(m.readErr)
 	}
 	m.endRead() // a write transaction may grow the file's map
-	if err := m.persist(); err != nil {
+	if err := m.persist(true); err != nil {
 		return m.abandon(err)
 	}
 	return m.rev, nil
@@ -1051,6 +1118,16 @@ func unseal(v []byte) ([]byte, bool) {
 	return body, crc32.Checksum(body, castagnoli) == binary.BigEndian.Uint32(v[len(v)-4:])
 }
 
+// unfinishedHeader is the header of a file written in the middle of a sync:
+// revision 0 (and no range read or listing), with the content's summary, so
+// that the file passes its own checks but load refuses it as unfinished.
+func (m *Mirror) unfinishedHeader() []byte {
+	rev, gap, listed := m.rev, m.gap, m.listed
+	m.rev, m.gap, m.listed = 0, 0, 0
+	defer func() { m.rev, m.gap, m.listed = rev, gap, listed }()
+	return m.header()
+}
+
 func (m *Mirror) header() []byte {
 	b := binary.BigEndian.AppendUint32(nil, mirrorFormat)
 	b = binary.AppendUvarint(b, uint64(len(m.s.prefix)))
@@ -1127,7 +1204,7 @@ func decodeKidsBody(b []byte) ([]string, bool) {
 // persist writes what the sync changed (the overlay) and the revision in one
 // transaction, keeping the header's summary of the records, counts and
 // children in step with what it writes; the overlay is then dropped.
-func (m *Mirror) persist() error {
+func (m *Mirror) persist(final bool) error {
 	nrecs, rsum, ncounts, csum, nkids := m.nrecs, m.rsum, m.ncounts, m.csum, m.nkids
 	written := m.stats.CountsWritten
 	err := m.db.Update(func(tx *bolt.Tx) error {
@@ -1197,7 +1274,11 @@ func (m *Mirror) persist() error {
 		if err := m.writeZeroed(bs[4]); err != nil {
 			return err
 		}
-		return bs[0].Put([]byte("header"), m.header())
+		h := m.header()
+		if !final {
+			h = m.unfinishedHeader()
+		}
+		return bs[0].Put([]byte("header"), h)
 	})
 	m.dirtyZero = map[string]bool{}
 	if err != nil {
@@ -1318,6 +1399,12 @@ func (m *Mirror) load(verify bool) string {
 		m.ncounts = binary.BigEndian.Uint64(h[48:])
 		m.csum = binary.BigEndian.Uint64(h[56:])
 		m.nkids = binary.BigEndian.Uint64(h[64:])
+		if m.rev == 0 && (m.nrecs != 0 || m.ncounts != 0 || m.nkids != 0) && !m.broken.trustUnfinished {
+			// Written in the middle of a sync (flush) that did not finish:
+			// its counts may lack records the file already holds.
+			why = "an unfinished sync"
+			return nil
+		}
 		if verify {
 			why = m.check(tx)
 		}

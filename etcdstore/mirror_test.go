@@ -376,6 +376,15 @@ func TestMirrorDifferential(t *testing.T) {
 			}
 		})
 	}
+	// Builds (the first, and after each lost or damaged file) in batches
+	// of two records.
+	t.Run("batches", func(t *testing.T) {
+		defer func(n int) { applyBatch = n }(applyBatch)
+		applyBatch = 2
+		if err := runDifferential(t, 3, steps, mirrorFault{}); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // TestMirrorDifferentialCatchesBroken runs the differential test against
@@ -1008,4 +1017,111 @@ func TestMirrorSummedChange(t *testing.T) {
 	if n := after.CountsWritten - before.CountsWritten; n != 0 {
 		t.Errorf("the sync wrote %d counts, want 0", n)
 	}
+}
+
+// A cold build writes its change to the file a batch of records at a time,
+// so that its heap holds one batch: the mirror it builds equals the walk. A
+// file a crash left in the middle of a build is refused at open (its counts
+// may lack records it already holds) and rebuilt; a mirror that trusts it
+// is caught by the full run's comparison. A build that fails in the middle
+// leaves an empty file, and the next sync builds it whole.
+func TestMirrorBuildInBatches(t *testing.T) {
+	defer func(n int) { applyBatch = n }(applyBatch)
+	applyBatch = 3
+	var flushes int
+	var image string // the file as the first flush left it
+	b := newMirrorBed(t, 9, mirrorFault{afterFlush: func(path string) error {
+		flushes++
+		if image == "" {
+			image = filepath.Join(t.TempDir(), "crashed.db")
+			if err := copyFile(path, image); err != nil {
+				return err
+			}
+		}
+		return nil
+	}})
+	ctx := b.e.ctx
+	for i := range 14 {
+		name := fmt.Sprintf("t%d", i%4)
+		th := b.thread(b.small, name)
+		c := b.checkpoint(name, th)
+		if _, err := b.small.Append(ctx, cairn.AppendInput{Checkpoint: c, ExpectedHeadID: c.ParentCheckpointID, Writer: th.w}); err != nil {
+			t.Fatal(err)
+		}
+		th.head = &c
+	}
+	if _, err := b.m.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if flushes < 2 {
+		t.Fatalf("the build wrote %d batches before its last, want at least 2", flushes)
+	}
+	if err := b.check(); err != nil {
+		t.Fatalf("the mirror built in batches: %v", err)
+	}
+
+	// The crash image: refused at open and rebuilt.
+	open := func(fault mirrorFault) *Mirror {
+		t.Helper()
+		path := filepath.Join(t.TempDir(), "copy.db")
+		if err := copyFile(image, path); err != nil {
+			t.Fatal(err)
+		}
+		m, err := b.small.openMirror(ctx, path, fault)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		return m
+	}
+	m := open(mirrorFault{})
+	if got := m.Stats().Discarded; got != "an unfinished sync" {
+		t.Errorf("the file a crash left in a build: discarded %q, want %q", got, "an unfinished sync")
+	}
+	if _, err := m.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.small.WithMirror(m).Check(ctx); err != nil {
+		t.Errorf("rebuilt from the crash image: %v", err)
+	}
+	t.Run("broken: trusts an unfinished file", func(t *testing.T) {
+		m := open(mirrorFault{trustUnfinished: true})
+		if _, err := m.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		err := b.small.WithMirror(m).Check(ctx)
+		if err == nil {
+			t.Fatal("the mirror that trusts an unfinished file was not caught")
+		}
+		t.Logf("caught: %v", err)
+	})
+
+	// A build that fails after a batch: the file is emptied, and the next
+	// sync builds it whole.
+	b.m.broken.afterFlush = func(string) error { return errors.New("the bucket went away") }
+	if err := b.m.Discard(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.m.Sync(ctx); err == nil {
+		t.Fatal("the failing build returned no error")
+	}
+	if b.m.Revision() != 0 || b.m.Records() != 0 {
+		t.Errorf("after the failed build: revision %d, %d records, want an empty mirror", b.m.Revision(), b.m.Records())
+	}
+	b.m.broken.afterFlush = nil
+	if _, err := b.m.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.check(); err != nil {
+		t.Errorf("built again after the failure: %v", err)
+	}
+}
+
+// copyFile copies the file from to the file to.
+func copyFile(from, to string) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(to, b, 0o600)
 }
