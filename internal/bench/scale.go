@@ -6,9 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -63,6 +65,7 @@ type scaleResult struct {
 	cold, walk, steady, idle, plan               sweepFig
 	restart, compacted                           mirrorFig
 	heap                                         int64 // heap the mirror takes, loaded from its file
+	buildHeap                                    int64 // the heap's peak above its level before, during the cold build
 	rss, hwm                                     int64 // the process's, at the end
 	file                                         int64 // the mirror file's size
 	bucketObjects                                int
@@ -184,7 +187,10 @@ func (sr *scaleRun) run(ctx context.Context, n int) (*scaleResult, error) {
 		return fig, nil
 	}
 	sr.logf("scale %d: first sweep (the mirror's cold build)", n)
-	if res.cold, err = sweepWith(mstore.WithMirror(mirror), false); err != nil {
+	stopPeak := heapPeak()
+	res.cold, err = sweepWith(mstore.WithMirror(mirror), false)
+	res.buildHeap = stopPeak()
+	if err != nil {
 		return nil, err
 	}
 
@@ -387,6 +393,42 @@ func firstDiff(a, b []string) string {
 
 // procMemory returns the process's resident set and its peak (VmRSS and
 // VmHWM of /proc/self/status), or zeros where that file does not exist.
+// heapPeak starts sampling the heap's live objects (runtime/metrics, which
+// stops nothing) every 10 ms from a level taken after a collection; the
+// function it returns stops and returns the peak above that level.
+func heapPeak() func() int64 {
+	runtime.GC()
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	read := func() int64 {
+		metrics.Read(sample)
+		return int64(sample[0].Value.Uint64())
+	}
+	base := read()
+	var peak atomic.Int64
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if v := read() - base; v > peak.Load() {
+				peak.Store(v)
+			}
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() int64 {
+		close(done)
+		<-stopped
+		return peak.Load()
+	}
+}
+
 func procMemory() (rss, hwm int64) {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
@@ -445,10 +487,10 @@ func copyFile(from, to string) error {
 // table prints the figures of each run, one line each.
 func scaleTable(rs []*scaleResult) string {
 	var b strings.Builder
-	fmt.Fprintln(&b, "| kept | write | first sweep (cold build): time, reads | churn (turns+prunes, forks, threads deleted) | created + lost | steady sweep: time, reads, LIST, etcd read / written | its dry run: time (÷ walk's) | full walk (dry run): time, reads, LIST | nothing changed: time, requests | restart: time, reads, ranges | compacted: reads, ranges | mirror heap / ckpt | file / ckpt | RSS (peak) |")
-	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(&b, "| kept | write | first sweep (cold build): time, reads | churn (turns+prunes, forks, threads deleted) | created + lost | steady sweep: time, reads, LIST, etcd read / written | its dry run: time (÷ walk's) | full walk (dry run): time, reads, LIST | nothing changed: time, requests | restart: time, reads, ranges | compacted: reads, ranges | mirror heap / ckpt | cold build's heap peak | file / ckpt | RSS (peak) |")
+	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rs {
-		fmt.Fprintf(&b, "| %s | %s | %s, %s | %d, %d, %d | %s + %s | %s, %s (%.2f×), %s, %s / %s (%.2f×) | %s (%.1f%%) | %s, %s, %s | %s, %s | %s, %s, %d | %s, %d | %s | %s | %s (%s) |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s, %s | %d, %d, %d | %s + %s | %s, %s (%.2f×), %s, %s / %s (%.2f×) | %s (%.1f%%) | %s, %s, %s | %s, %s | %s, %s, %d | %s, %d | %s | %s | %s | %s (%s) |\n",
 			fmtInt(int64(r.kept)), fmtDur(r.writeTook), fmtDur(r.cold.took), fmtInt(r.cold.req.reads()), r.appended, r.forks, r.deletedThreads,
 			fmtInt(r.created), fmtInt(r.lost()),
 			fmtDur(r.steady.took), fmtInt(r.steady.req.reads()), r.readRatio(), fmtInt(int64(r.steady.lists)), fmtBytes(r.steady.etcdRead), fmtBytes(r.written), r.etcdRatio(),
@@ -457,7 +499,7 @@ func scaleTable(rs []*scaleResult) string {
 			fmtDur(r.idle.took), fmtInt(r.idle.req.total()),
 			fmtDur(r.restart.took), fmtInt(r.restart.req.reads()), r.restart.stats.Relists,
 			fmtInt(r.compacted.req.reads()), r.compacted.stats.Relists,
-			fmtBytes(r.heap/int64(r.kept)), fmtBytes(r.file/int64(r.kept)), fmtBytes(r.rss), fmtBytes(r.hwm))
+			fmtBytes(r.heap/int64(r.kept)), fmtLarge(r.buildHeap), fmtBytes(r.file/int64(r.kept)), fmtBytes(r.rss), fmtBytes(r.hwm))
 	}
 	return b.String()
 }
