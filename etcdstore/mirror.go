@@ -97,6 +97,10 @@ type Mirror struct {
 	ended     []string
 	dirtyZero map[string]bool
 
+	// flushed: the current sync wrote a batch before its end (a cold build
+	// in batches), so its file is compacted once the sync ends.
+	flushed bool
+
 	// limit, when set, paces the objects read from the bucket (SetReadRate).
 	limit *rate.Limiter
 
@@ -209,6 +213,10 @@ func (s *Store) openMirror(ctx context.Context, path string, broken mirrorFault)
 		m.stats.Discarded = "no file"
 		return m, nil
 	}
+	// A compacted copy a crash left before its rename is of no use.
+	if err := os.Remove(path + compactSuffix); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w: remove %s: %w", ErrMirror, path+compactSuffix, err)
+	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: mirrorLockWait})
 	if err != nil && !errors.Is(err, bolterrors.ErrTimeout) {
 		// Not a bbolt file, or a damaged one: it can only be rebuilt.
@@ -300,6 +308,7 @@ func (m *Mirror) writeHeader(clear bool) error {
 
 func (m *Mirror) reset() {
 	m.rev, m.cluster, m.gap, m.listed = 0, 0, 0, 0
+	m.flushed = false
 	m.nrecs, m.rsum, m.ncounts, m.csum, m.nkids = 0, 0, 0, 0, 0
 	m.clearOverlay()
 	m.zeroed = map[string]int64{}
@@ -783,6 +792,7 @@ func (m *Mirror) flush() error {
 	if err := m.persist(false); err != nil {
 		return err
 	}
+	m.flushed = true
 	if m.broken.afterFlush != nil {
 		if err := m.broken.afterFlush(m.path); err != nil {
 			return err
@@ -928,7 +938,81 @@ func (m *Mirror) Sync(ctx context.Context) (int64, error) {
 	if err := m.persist(true); err != nil {
 		return m.abandon(err)
 	}
+	if m.flushed {
+		m.flushed = false
+		if err := m.compact(); errors.Is(err, ErrMirror) {
+			return m.rev, err
+		} else if err != nil {
+			// The file is as the build left it, complete; only larger.
+			m.s.log.Warn("etcdstore: mirror file not compacted after its build", "path", m.path, "err", err)
+		}
+	}
 	return m.rev, nil
+}
+
+// compactSuffix names the compacted copy of a mirror file before it
+// replaces the file.
+const compactSuffix = ".compact"
+
+// compact replaces the file with a copy whose pages are full, after a cold
+// build that wrote its batches into one another's pages (each batch's keys
+// fall between the earlier batches', so the pages they reach split half
+// full). The copy is written beside the file, synced, and renamed over it:
+// a crash leaves either file whole. Errors: the copy could not be made (the
+// file is then left as it was), or the file could not be opened again
+// (ErrMirror).
+func (m *Mirror) compact() error {
+	path := m.db.Path()
+	tmp := path + compactSuffix
+	opts := &bolt.Options{Timeout: mirrorLockWait}
+	if m.temp {
+		opts = &bolt.Options{NoSync: true, NoFreelistSync: true}
+	}
+	dst, err := bolt.Open(tmp, 0o600, &bolt.Options{NoSync: true, NoFreelistSync: true})
+	if err != nil {
+		return err
+	}
+	err = bolt.Compact(dst, m.db, 16<<20)
+	if err == nil && !m.temp {
+		err = dst.Sync()
+	}
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := m.db.Close(); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	rerr := os.Rename(tmp, path)
+	if rerr == nil && !m.temp {
+		rerr = syncDir(filepath.Dir(path))
+	}
+	if rerr != nil {
+		os.Remove(tmp)
+	}
+	db, err := bolt.Open(path, 0o600, opts)
+	if err != nil {
+		return fmt.Errorf("%w: open %s after compacting it: %w", ErrMirror, path, err)
+	}
+	m.db = db
+	return rerr
+}
+
+// syncDir makes a rename in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // abandon drops what a failed sync changed in memory by reloading the

@@ -1059,6 +1059,22 @@ func TestMirrorBuildInBatches(t *testing.T) {
 	if err := b.check(); err != nil {
 		t.Fatalf("the mirror built in batches: %v", err)
 	}
+	// The build ends with the file compacted in place; a copy a crash
+	// left beside it is removed at the next open.
+	if err := os.WriteFile(b.path+compactSuffix, []byte("half a copy"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rev := b.m.Revision()
+	b.restart()
+	if st := b.m.Stats(); st.Discarded != "" || b.m.Revision() != rev {
+		t.Fatalf("reopened after the build: discarded %q, revision %d, want %d", st.Discarded, b.m.Revision(), rev)
+	}
+	if _, err := os.Stat(b.path + compactSuffix); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the stray compacted copy is still there: %v", err)
+	}
+	if err := b.check(); err != nil {
+		t.Fatalf("the compacted mirror, reopened: %v", err)
+	}
 
 	// The crash image: refused at open and rebuilt.
 	open := func(fault mirrorFault) *Mirror {
