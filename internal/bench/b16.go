@@ -97,11 +97,21 @@ func scaleRows(rs []*scaleResult, latency time.Duration) []Row {
 			fmtBytes(r.heap/int64(r.kept)), fmtLarge(r.heap), fmtBytes(r.file/int64(r.kept)), fmtLarge(r.buildHeap), fmtLarge(r.rss)),
 		Baseline: "-",
 		Ratio:    fit.heap / float64(1<<30),
-		Target:   "heap ≤ 1 GiB at 10^6 (fit); RSS ≤ 200 MiB at 10^5",
+		Target:   b18Target(r),
 		Result:   verdict(fit.heap <= 1<<30 && (r.kept < 100_000 || r.rss <= 200<<20)),
 		Notes: []string{
 			fmt.Sprintf("The heap is the mirror's alone: HeapAlloc after a collection with the mirror opened and synced on restart, less HeapAlloc after a collection once it is closed and dropped. The process's RSS (%s, peak %s) also holds the in-process bucket's keys (%s objects; %s written in all, the store's objects on disk), the writing store and the etcd client: it bounds the sweeper's from above. The cold build's heap peak is the highest level of the heap's live objects (runtime/metrics, sampled every 10 ms) during the first sweep, which builds the mirror, above their level after a collection before it; it includes the sweep's own work and the reading store's object cache (32 MiB at most). The ratio column is the fitted heap at 10^6 in GiB. %s",
 				fmtLarge(r.rss), fmtLarge(r.hwm), fmtInt(int64(r.bucketObjects)), fmtLarge(r.bucketBytes), fitNote),
 		},
 	}}
+}
+
+// b18Target is B18's target; the RSS at 10^5 is judged only when the largest
+// run reached 10^5, and the target says when it was not.
+func b18Target(largest *scaleResult) string {
+	t := "heap ≤ 1 GiB at 10^6 (fit); RSS ≤ 200 MiB at 10^5"
+	if largest.kept < 100_000 {
+		t += fmt.Sprintf(" (not judged: the largest run is %s)", fmtInt(int64(largest.kept)))
+	}
+	return t
 }
