@@ -100,8 +100,8 @@ func scaleRows(rs []*scaleResult, latency time.Duration) []Row {
 		Target:   b18Target(r),
 		Result:   verdict(fit.heap <= 1<<30 && (r.kept < 100_000 || r.rss <= 200<<20)),
 		Notes: []string{
-			fmt.Sprintf("The heap is the mirror's alone: HeapAlloc after a collection with the mirror opened and synced on restart, less HeapAlloc after a collection once it is closed and dropped. The process's RSS (%s, peak %s) also holds the in-process bucket's keys (%s objects; %s written in all, the store's objects on disk), the writing store and the etcd client: it bounds the sweeper's from above. The cold build's heap peak is the highest level of the heap's live objects (runtime/metrics, sampled every 10 ms) during the first sweep, which builds the mirror, above their level after a collection before it; it includes the sweep's own work and the reading store's object cache (32 MiB at most). The ratio column is the fitted heap at 10^6 in GiB. %s",
-				fmtLarge(r.rss), fmtLarge(r.hwm), fmtInt(int64(r.bucketObjects)), fmtLarge(r.bucketBytes), fitNote),
+			fmt.Sprintf("The heap is the mirror's alone: HeapAlloc after a collection with the mirror opened and synced on restart, less HeapAlloc after a collection once it is closed and dropped. The process's RSS (%s, peak %s; %s of it anonymous, the rest files mapped such as the mirror's, which the kernel can drop and read again) also holds the in-process bucket's keys (%s objects; %s written in all, the store's objects on disk), the writing store and the etcd client: it bounds the sweeper's from above. The cold build's heap peak is the highest level of the heap's live objects (runtime/metrics, sampled every 10 ms) during the first sweep, which builds the mirror, above their level after a collection before it; it includes the sweep's own work and the reading store's object cache (32 MiB at most). The ratio column is the fitted heap at 10^6 in GiB. %s",
+				fmtLarge(r.rss), fmtLarge(r.hwm), fmtLarge(r.anon), fmtInt(int64(r.bucketObjects)), fmtLarge(r.bucketBytes), fitNote),
 		},
 	}}
 }

@@ -67,6 +67,7 @@ type scaleResult struct {
 	heap                                         int64 // heap the mirror takes, loaded from its file
 	buildHeap                                    int64 // the heap's peak above its level before, during the cold build
 	rss, hwm                                     int64 // the process's, at the end
+	anon                                         int64 // of rss, the anonymous memory (not the files mapped, such as the mirror's)
 	file                                         int64 // the mirror file's size
 	bucketObjects                                int
 	bucketBytes                                  int64 // bytes of the objects ever created
@@ -371,7 +372,7 @@ func (sr *scaleRun) run(ctx context.Context, n int) (*scaleResult, error) {
 		return nil, err
 	}
 	res.file = fi.Size()
-	res.rss, res.hwm = procMemory()
+	res.rss, res.hwm, res.anon = procMemory()
 	res.bucketObjects = b.mem.Len()
 	res.bucketBytes = b.createdBytes.Load()
 	res.bucketBytes = b.createdBytes.Load()
@@ -391,8 +392,6 @@ func firstDiff(a, b []string) string {
 	return "(none)"
 }
 
-// procMemory returns the process's resident set and its peak (VmRSS and
-// VmHWM of /proc/self/status), or zeros where that file does not exist.
 // heapPeak starts sampling the heap's live objects (runtime/metrics, which
 // stops nothing) every 10 ms from a level taken after a collection; the
 // function it returns stops and returns the peak above that level.
@@ -429,10 +428,14 @@ func heapPeak() func() int64 {
 	}
 }
 
-func procMemory() (rss, hwm int64) {
+// procMemory returns the process's resident set, its peak and the resident
+// set's anonymous part (VmRSS, VmHWM and RssAnon of /proc/self/status: the
+// rest is files mapped, such as the mirror's bbolt file, which the kernel
+// can drop and read again), or zeros where that file does not exist.
+func procMemory() (rss, hwm, anon int64) {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
-		return 0, 0
+		return 0, 0, 0
 	}
 	for _, l := range strings.Split(string(b), "\n") {
 		f := strings.Fields(l)
@@ -448,9 +451,11 @@ func procMemory() (rss, hwm int64) {
 			rss = v << 10
 		case "VmHWM:":
 			hwm = v << 10
+		case "RssAnon:":
+			anon = v << 10
 		}
 	}
-	return rss, hwm
+	return rss, hwm, anon
 }
 
 // lost is the denominator of the read target: the objects created since the
@@ -487,10 +492,10 @@ func copyFile(from, to string) error {
 // table prints the figures of each run, one line each.
 func scaleTable(rs []*scaleResult) string {
 	var b strings.Builder
-	fmt.Fprintln(&b, "| kept | write | first sweep (cold build): time, reads | churn (turns+prunes, forks, threads deleted) | created + lost | steady sweep: time, reads, LIST, etcd read / written | its dry run: time (÷ walk's) | full walk (dry run): time, reads, LIST | nothing changed: time, requests | restart: time, reads, ranges | compacted: reads, ranges | mirror heap / ckpt | cold build's heap peak | file / ckpt | RSS (peak) |")
+	fmt.Fprintln(&b, "| kept | write | first sweep (cold build): time, reads | churn (turns+prunes, forks, threads deleted) | created + lost | steady sweep: time, reads, LIST, etcd read / written | its dry run: time (÷ walk's) | full walk (dry run): time, reads, LIST | nothing changed: time, requests | restart: time, reads, ranges | compacted: reads, ranges | mirror heap / ckpt | cold build's heap peak | file / ckpt | RSS (peak), of which anonymous |")
 	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rs {
-		fmt.Fprintf(&b, "| %s | %s | %s, %s | %d, %d, %d | %s + %s | %s, %s (%.2f×), %s, %s / %s (%.2f×) | %s (%.1f%%) | %s, %s, %s | %s, %s | %s, %s, %d | %s, %d | %s | %s | %s | %s (%s) |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s, %s | %d, %d, %d | %s + %s | %s, %s (%.2f×), %s, %s / %s (%.2f×) | %s (%.1f%%) | %s, %s, %s | %s, %s | %s, %s, %d | %s, %d | %s | %s | %s | %s (%s), %s |\n",
 			fmtInt(int64(r.kept)), fmtDur(r.writeTook), fmtDur(r.cold.took), fmtInt(r.cold.req.reads()), r.appended, r.forks, r.deletedThreads,
 			fmtInt(r.created), fmtInt(r.lost()),
 			fmtDur(r.steady.took), fmtInt(r.steady.req.reads()), r.readRatio(), fmtInt(int64(r.steady.lists)), fmtBytes(r.steady.etcdRead), fmtBytes(r.written), r.etcdRatio(),
@@ -499,7 +504,7 @@ func scaleTable(rs []*scaleResult) string {
 			fmtDur(r.idle.took), fmtInt(r.idle.req.total()),
 			fmtDur(r.restart.took), fmtInt(r.restart.req.reads()), r.restart.stats.Relists,
 			fmtInt(r.compacted.req.reads()), r.compacted.stats.Relists,
-			fmtBytes(r.heap/int64(r.kept)), fmtLarge(r.buildHeap), fmtBytes(r.file/int64(r.kept)), fmtBytes(r.rss), fmtBytes(r.hwm))
+			fmtBytes(r.heap/int64(r.kept)), fmtLarge(r.buildHeap), fmtBytes(r.file/int64(r.kept)), fmtBytes(r.rss), fmtBytes(r.hwm), fmtBytes(r.anon))
 	}
 	return b.String()
 }
