@@ -50,6 +50,7 @@ import (
 type Mirror struct {
 	s    *Store
 	db   *bolt.DB
+	opts *bolt.Options // the file's, to open it again after a compaction
 	path string
 	// temp: the file is a temporary one of the mirror's own (OpenMirror with
 	// no path), removed by Close.
@@ -204,7 +205,8 @@ func (s *Store) openMirror(ctx context.Context, path string, broken mirrorFault)
 		if err != nil {
 			return nil, fmt.Errorf("%w: temporary file: %w", ErrMirror, err)
 		}
-		db, err := bolt.Open(filepath.Join(dir, "mirror.db"), 0o600, &bolt.Options{NoSync: true, NoFreelistSync: true})
+		m.opts = &bolt.Options{NoSync: true, NoFreelistSync: true}
+		db, err := bolt.Open(filepath.Join(dir, "mirror.db"), 0o600, m.opts)
 		if err != nil {
 			os.RemoveAll(dir)
 			return nil, fmt.Errorf("%w: temporary file: %w", ErrMirror, err)
@@ -217,7 +219,8 @@ func (s *Store) openMirror(ctx context.Context, path string, broken mirrorFault)
 	if err := os.Remove(path + compactSuffix); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("%w: remove %s: %w", ErrMirror, path+compactSuffix, err)
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: mirrorLockWait})
+	m.opts = &bolt.Options{Timeout: mirrorLockWait}
+	db, err := bolt.Open(path, 0o600, m.opts)
 	if err != nil && !errors.Is(err, bolterrors.ErrTimeout) {
 		// Not a bbolt file, or a damaged one: it can only be rebuilt.
 		m.s.log.Warn("etcdstore: mirror file unreadable; removing it, the next sync rebuilds it", "path", path, "err", err)
@@ -225,7 +228,7 @@ func (s *Store) openMirror(ctx context.Context, path string, broken mirrorFault)
 			return nil, fmt.Errorf("%w: open %s: %w (and remove it: %w)", ErrMirror, path, err, rerr)
 		}
 		m.stats.Discarded = "unreadable file: " + err.Error()
-		db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: mirrorLockWait})
+		db, err = bolt.Open(path, 0o600, m.opts)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: open %s: %w", ErrMirror, path, err)
@@ -964,10 +967,6 @@ const compactSuffix = ".compact"
 func (m *Mirror) compact() error {
 	path := m.db.Path()
 	tmp := path + compactSuffix
-	opts := &bolt.Options{Timeout: mirrorLockWait}
-	if m.temp {
-		opts = &bolt.Options{NoSync: true, NoFreelistSync: true}
-	}
 	dst, err := bolt.Open(tmp, 0o600, &bolt.Options{NoSync: true, NoFreelistSync: true})
 	if err != nil {
 		return err
@@ -994,7 +993,7 @@ func (m *Mirror) compact() error {
 	if rerr != nil {
 		os.Remove(tmp)
 	}
-	db, err := bolt.Open(path, 0o600, opts)
+	db, err := bolt.Open(path, 0o600, m.opts)
 	if err != nil {
 		return fmt.Errorf("%w: open %s after compacting it: %w", ErrMirror, path, err)
 	}
@@ -1205,23 +1204,22 @@ func unseal(v []byte) ([]byte, bool) {
 // unfinishedHeader is the header of a file written in the middle of a sync:
 // revision 0 (and no range read or listing), with the content's summary, so
 // that the file passes its own checks but load refuses it as unfinished.
-func (m *Mirror) unfinishedHeader() []byte {
-	rev, gap, listed := m.rev, m.gap, m.listed
-	m.rev, m.gap, m.listed = 0, 0, 0
-	defer func() { m.rev, m.gap, m.listed = rev, gap, listed }()
-	return m.header()
-}
+func (m *Mirror) unfinishedHeader() []byte { return m.headerAt(0, 0, 0) }
 
-func (m *Mirror) header() []byte {
+func (m *Mirror) header() []byte { return m.headerAt(m.rev, m.gap, m.listed) }
+
+// headerAt is the header with revision rev, range read gap and listing
+// listed.
+func (m *Mirror) headerAt(rev, gap, listed int64) []byte {
 	b := binary.BigEndian.AppendUint32(nil, mirrorFormat)
 	b = binary.AppendUvarint(b, uint64(len(m.s.prefix)))
 	b = append(b, m.s.prefix...)
 	b = binary.BigEndian.AppendUint64(b, m.cluster)
-	b = binary.BigEndian.AppendUint64(b, uint64(m.rev))
+	b = binary.BigEndian.AppendUint64(b, uint64(rev))
 	b = binary.BigEndian.AppendUint64(b, m.nrecs)
 	b = binary.BigEndian.AppendUint64(b, m.rsum)
-	b = binary.BigEndian.AppendUint64(b, uint64(m.gap))
-	b = binary.BigEndian.AppendUint64(b, uint64(m.listed))
+	b = binary.BigEndian.AppendUint64(b, uint64(gap))
+	b = binary.BigEndian.AppendUint64(b, uint64(listed))
 	b = binary.BigEndian.AppendUint64(b, m.ncounts)
 	b = binary.BigEndian.AppendUint64(b, m.csum)
 	b = binary.BigEndian.AppendUint64(b, m.nkids)

@@ -392,9 +392,10 @@ func firstDiff(a, b []string) string {
 	return "(none)"
 }
 
-// heapPeak starts sampling the heap's live objects (runtime/metrics, which
-// stops nothing) every 10 ms from a level taken after a collection; the
-// function it returns stops and returns the peak above that level.
+// heapPeak starts sampling the heap's objects, live and not yet collected
+// (runtime/metrics, which stops nothing), every 10 ms from a level taken
+// after a collection; the function it returns stops and returns the peak
+// above that level.
 func heapPeak() func() int64 {
 	runtime.GC()
 	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
