@@ -61,7 +61,8 @@ type Mirror struct {
 	// The file holds the state: every reference record by etcd key (a lease
 	// byte, 1 when the record was staged under a lease so that it references
 	// nothing, and the value), the children of every live node (see nodeID),
-	// and the count of every counted key and node. The heap holds only what
+	// and the count of every counted key and node, keys and children packed
+	// (mirrorkey.go). The heap holds only what
 	// the current sync changed (ov*), written back with the revision in one
 	// transaction. nrecs, rsum, ncounts, csum and nkids summarise the file's
 	// records, counts and children (the number of each and the XOR of a hash
@@ -166,8 +167,9 @@ var ErrMirror = errors.New("etcdstore: mirror")
 const mirrorLockWait = 5 * time.Second
 
 // mirrorFormat is the version of the mirror file's format; a file of another
-// version is discarded and rebuilt.
-const mirrorFormat = 4
+// version is discarded and rebuilt. Format 5 stores keys packed
+// (mirrorkey.go); format 4 stored them as bucket keys.
+const mirrorFormat = 5
 
 var (
 	mirrorMeta   = []byte("meta")
@@ -427,7 +429,11 @@ func (m *Mirror) Live(fn func(cairn.BlobReference) error) error {
 				if !ok {
 					return fmt.Errorf("%w: %s: a count fails its checksum", ErrMirror, m.path)
 				}
-				page = append(page, cairn.BlobReference{Key: string(k), References: n})
+				key, ok := unpackKey(string(k))
+				if !ok {
+					return fmt.Errorf("%w: %s: a counted key %x is not a bucket key", ErrMirror, m.path, k)
+				}
+				page = append(page, cairn.BlobReference{Key: key, References: n})
 			}
 			return nil
 		})
@@ -529,6 +535,15 @@ func (m *Mirror) pace(ctx context.Context, n int) error {
 // that fails its checksum in the file is reported as 1 (referenced: it can
 // only keep garbage) and fails the next Sync, which then rebuilds.
 func (m *Mirror) Count(key string) int {
+	p, ok := packKey(key)
+	if !ok {
+		return 0 // not a key the mirror counts
+	}
+	return m.count(p)
+}
+
+// count is Count of a packed key or a node id.
+func (m *Mirror) count(key string) int {
 	if n, ok := m.ovCounts[key]; ok {
 		return n
 	}
@@ -610,7 +625,7 @@ func (m *Mirror) edges(key string, v []byte) ([]string, error) {
 		}
 		out := make([]string, 0, len(val)/keys.DigestLen)
 		for i := 0; i < len(val); i += keys.DigestLen {
-			out = append(out, keys.BlobKey(shard, keys.Digest(val[i:i+keys.DigestLen])))
+			out = append(out, packBlob(shard, keys.Digest(val[i:i+keys.DigestLen])))
 		}
 		return out, nil
 	case shard == keys.RootShard || shard == keys.TranscriptShard:
@@ -658,11 +673,11 @@ func (m *Mirror) read(ctx context.Context, ids []string) ([][]string, error) {
 		var kids []string
 		if ids[i][1] == nodeTranscript {
 			for _, o := range r.convObjects(d) {
-				kids = append(kids, objectKey(o))
+				kids = append(kids, packDigest(packObject, o))
 			}
 		} else {
 			for _, o := range r.namedObjects(d) {
-				kids = append(kids, objectKey(o))
+				kids = append(kids, packDigest(packObject, o))
 			}
 		}
 		mu.Lock()
@@ -709,7 +724,11 @@ func (m *Mirror) read(ctx context.Context, ids []string) ([][]string, error) {
 		}
 		kids := make([]string, len(refs))
 		for k, r := range refs {
-			kids[k] = r.Key
+			p, ok := packKey(r.Key)
+			if !ok {
+				return nil, corrupt("reference chunk", []byte(ids[i][2:]), fmt.Errorf("names %q, not a blob key", r.Key))
+			}
+			kids[k] = p
 		}
 		out[i] = kids
 	}
@@ -827,7 +846,7 @@ func (m *Mirror) applyRecords(ctx context.Context, ch change, recs []string) err
 			return err
 		}
 		if m.broken.forkShort {
-			a = slices.DeleteFunc(a, func(e string) bool { return isNode(e) && e[1] == nodeRoot && m.Count(e) > 0 })
+			a = slices.DeleteFunc(a, func(e string) bool { return isNode(e) && e[1] == nodeRoot && m.count(e) > 0 })
 		}
 		for _, e := range a {
 			delta[e]++
@@ -847,7 +866,7 @@ func (m *Mirror) applyRecords(ctx context.Context, ch change, recs []string) err
 			if d == 0 {
 				continue
 			}
-			n := m.Count(k)
+			n := m.count(k)
 			if n+d < 0 {
 				d = -n // not counted as often: cannot happen while the counts are exact
 			}
@@ -873,8 +892,12 @@ func (m *Mirror) applyRecords(ctx context.Context, ch change, recs []string) err
 					m.ovKids[k] = ovKids{}
 				}
 			} else if n+d == 0 {
-				m.zeroed[k] = m.rev
-				m.dirtyZero[k] = true
+				key, ok := unpackKey(k)
+				if !ok {
+					return fmt.Errorf("%w: %s: a counted key %x is neither a node nor a bucket key", ErrMirror, m.path, k)
+				}
+				m.zeroed[key] = m.rev
+				m.dirtyZero[key] = true
 			}
 		}
 		got, err := m.read(ctx, fresh)
@@ -1181,6 +1204,13 @@ func (m *Mirror) follow(ctx context.Context, ch change, target int64) error {
 		if resp.IsProgressNotify() && resp.Header.Revision > m.rev {
 			m.rev = resp.Header.Revision
 		}
+		if len(resp.Events) > 0 {
+			// Events came: the watch may have caught up, and etcd sends the
+			// history in one response once it has read it; ask again at once
+			// rather than after the pacing's doubled wait.
+			wait = time.Millisecond
+			tick.Reset(0)
+		}
 	}
 	return nil
 }
@@ -1253,10 +1283,15 @@ func countHash(key string, n int) uint64 {
 	return recHash(key, binary.AppendUvarint(nil, uint64(n)))
 }
 
+// encodeKids encodes a node's children, packed keys and node ids, one
+// after the other: each one's first byte gives its length (packedSize).
 func encodeKids(ks []string) []byte {
-	var b []byte
+	n := 0
 	for _, k := range ks {
-		b = binary.AppendUvarint(b, uint64(len(k)))
+		n += len(k)
+	}
+	b := make([]byte, 0, n+4)
+	for _, k := range ks {
 		b = append(b, k...)
 	}
 	return sealed(b)
@@ -1271,14 +1306,14 @@ func decodeKids(v []byte) ([]string, bool) {
 }
 
 func decodeKidsBody(b []byte) ([]string, bool) {
-	out := []string{}
+	out := make([]string, 0, len(b)/packedLen)
 	for len(b) > 0 {
-		n, w := binary.Uvarint(b)
-		if w <= 0 || uint64(len(b)-w) < n {
+		n := packedSize(b)
+		if n == 0 {
 			return nil, false
 		}
-		out = append(out, string(b[w:w+int(n)]))
-		b = b[w+int(n):]
+		out = append(out, string(b[:n]))
+		b = b[n:]
 	}
 	return out, true
 }
@@ -1545,6 +1580,9 @@ func (m *Mirror) check(tx *bolt.Tx) string {
 			}
 			ncounts++
 			csum ^= countHash(string(k), n)
+			if _, ok := unpackKey(string(k)); !ok && (!isNode(string(k)) || packedSize(k) != len(k)) {
+				return errors.New("a count of neither a node nor a bucket key")
+			}
 			if isNode(string(k)) {
 				nodes++
 				if kids == nil || kids.Get(k) == nil {

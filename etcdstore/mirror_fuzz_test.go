@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
@@ -34,7 +35,10 @@ func FuzzMirrorUnseal(f *testing.F) {
 }
 
 func FuzzMirrorDecodeKids(f *testing.F) {
-	f.Add(encodeKids([]string{"sandbox-files/a", "\x00Cxyz", ""}))
+	var d keys.Digest
+	d[0] = 0xab
+	f.Add(encodeKids([]string{packDigest(packFile, d), nodeID(nodeChunk, d), packDigest(packObject, d), nodeID(nodeRoot, d)}))
+	f.Add(sealed([]byte("sandbox-files/a")))
 	f.Add(encodeKids(nil))
 	f.Add(sealed([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}))
 	f.Add(sealed([]byte{5, 'a'}))
@@ -48,6 +52,34 @@ func FuzzMirrorDecodeKids(f *testing.F) {
 		}
 		if !bytes.Equal(encodeKids(ks), b) {
 			t.Fatalf("%x decodes into %q, which encodes differently", b, ks)
+		}
+	})
+}
+
+// FuzzMirrorKey: a string packs only if it is a key the mirror counts, and
+// then unpacks to itself; packed keys sort as their bucket keys do.
+func FuzzMirrorKey(f *testing.F) {
+	var d keys.Digest
+	d[0], d[31] = 0x80, 0x01
+	for _, k := range []string{keys.BlobKey(0, d), keys.BlobKey(keys.NumShards-1, d), objectKey(d), "sandbox-files/sha256/AB", objPrefix + strings.Repeat("A", 64)} {
+		f.Add(k, objectKey(keys.Digest{}))
+	}
+	f.Fuzz(func(t *testing.T, a, b string) {
+		pa, oka := packKey(a)
+		if !oka {
+			if pa != "" {
+				t.Fatalf("%q refused, but %x returned", a, pa)
+			}
+			return
+		}
+		if len(pa) != packedLen || packedSize([]byte(pa)) != packedLen {
+			t.Fatalf("%q packs into %x, of length %d", a, pa, len(pa))
+		}
+		if u, ok := unpackKey(pa); !ok || u != a {
+			t.Fatalf("%q packs into %x, which unpacks into %q (%v)", a, pa, u, ok)
+		}
+		if pb, ok := packKey(b); ok && strings.Compare(pa, pb) != strings.Compare(a, b) {
+			t.Fatalf("%q and %q compare %d, packed %d", a, b, strings.Compare(a, b), strings.Compare(pa, pb))
 		}
 	})
 }
