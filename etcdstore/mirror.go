@@ -72,7 +72,7 @@ type Mirror struct {
 	ncounts, csum uint64
 	nkids         uint64
 	ovRecs        map[string]ovRec
-	ovCounts      map[string]int // 0: the key is no longer counted
+	ovCounts      map[string]ovCount
 	ovKids        map[string]ovKids
 	rtx           *bolt.Tx // a read transaction held during a sync
 	readErr       error    // a value in the file failed its checksum after open
@@ -325,7 +325,7 @@ func (m *Mirror) reset() {
 // clearOverlay forgets what the current sync changed.
 func (m *Mirror) clearOverlay() {
 	m.ovRecs = map[string]ovRec{}
-	m.ovCounts = map[string]int{}
+	m.ovCounts = map[string]ovCount{}
 	m.ovKids = map[string]ovKids{}
 	m.parts = map[keys.Digest]objPart{}
 }
@@ -401,7 +401,18 @@ func (m *Mirror) kidsOf(k string) ([]string, bool) {
 }
 
 // setCount sets the count of k to n (0: not counted).
-func (m *Mirror) setCount(k string, n int) { m.ovCounts[k] = n }
+// The file's count when the sync first changed it is kept with the new one,
+// so that the write-back knows what it replaces without reading it again.
+func (m *Mirror) setCount(k string, was, n int) {
+	if o, ok := m.ovCounts[k]; ok {
+		was = o.was
+	}
+	m.ovCounts[k] = ovCount{was: was, now: n}
+}
+
+// ovCount is a count the sync changed: the file's (was) and the new one
+// (now); 0 is no count.
+type ovCount struct{ was, now int }
 
 // Live calls fn for every bucket key the mirror counts as referenced, in key
 // order, with its count, which is the walk's. It stops at fn's error. It
@@ -544,8 +555,8 @@ func (m *Mirror) Count(key string) int {
 
 // count is Count of a packed key or a node id.
 func (m *Mirror) count(key string) int {
-	if n, ok := m.ovCounts[key]; ok {
-		return n
+	if o, ok := m.ovCounts[key]; ok {
+		return o.now
 	}
 	v, ok := m.look(mirrorCounts, key)
 	if !ok {
@@ -873,7 +884,7 @@ func (m *Mirror) applyRecords(ctx context.Context, ch change, recs []string) err
 			if d == 0 {
 				continue
 			}
-			m.setCount(k, n+d)
+			m.setCount(k, n, n+d)
 			if isNode(k) {
 				if n == 0 {
 					// Live now: its children come from the bucket, below.
@@ -1365,27 +1376,7 @@ func (m *Mirror) persist(final bool) error {
 		if err != nil {
 			return err
 		}
-		err = writeBackChanged(bs[3], m.ovCounts, func(old []byte, n int) bool {
-			if old == nil {
-				return n == 0
-			}
-			o, ok := decodeCount(old)
-			return ok && o == n && !m.broken.dropCount
-		}, func(k string, old []byte) {
-			if n, ok := decodeCount(old); ok {
-				m.csum ^= countHash(k, n)
-			}
-			m.ncounts--
-		}, func(k string, n int) ([]byte, bool) {
-			m.stats.CountsWritten++
-			if n == 0 {
-				return nil, false
-			}
-			m.csum ^= countHash(k, n)
-			m.ncounts++
-			return encodeCount(n), !m.broken.dropCount
-		})
-		if err != nil {
+		if err := m.writeCounts(bs[3]); err != nil {
 			return err
 		}
 		if err := m.writeZeroed(bs[4]); err != nil {
@@ -1407,25 +1398,45 @@ func (m *Mirror) persist(final bool) error {
 	return nil
 }
 
+// writeCounts writes the counts the sync changed into b, in key order, from
+// what the overlay knows of each (the file's count and the new one), without
+// reading the file again; a count the sync left as it was is not written.
+func (m *Mirror) writeCounts(b *bolt.Bucket) error {
+	for _, k := range slices.Sorted(maps.Keys(m.ovCounts)) {
+		o := m.ovCounts[k]
+		if o.was == o.now {
+			continue
+		}
+		m.stats.CountsWritten++
+		if o.was != 0 {
+			m.csum ^= countHash(k, o.was)
+			m.ncounts--
+		}
+		var err error
+		if o.now != 0 && !m.broken.dropCount {
+			err = b.Put([]byte(k), encodeCount(o.now))
+		} else {
+			err = b.Delete([]byte(k))
+		}
+		if o.now != 0 {
+			m.csum ^= countHash(k, o.now)
+			m.ncounts++
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // writeBack writes the overlay ov into b in key order (bbolt keeps a
 // transaction's inserts in one node until commit, so keys in map order cost
 // a copy of that node each: a cold build was quadratic): for each key, gone
 // is told the value it replaces, if any, and value gives the new one, or
 // false to delete the key.
 func writeBack[V any](b *bolt.Bucket, ov map[string]V, gone func(k string, old []byte), value func(k string, v V) ([]byte, bool)) error {
-	return writeBackChanged(b, ov, nil, gone, value)
-}
-
-// writeBackChanged is writeBack that leaves a key alone when same says its
-// value in the file is already the overlay's (or, with no value in the file,
-// when the overlay removes it): a page that nothing changed is not written.
-func writeBackChanged[V any](b *bolt.Bucket, ov map[string]V, same func(old []byte, v V) bool, gone func(k string, old []byte), value func(k string, v V) ([]byte, bool)) error {
 	for _, k := range slices.Sorted(maps.Keys(ov)) {
-		old := b.Get([]byte(k))
-		if same != nil && same(old, ov[k]) {
-			continue
-		}
-		if old != nil {
+		if old := b.Get([]byte(k)); old != nil {
 			gone(k, old)
 		}
 		var err error
