@@ -85,3 +85,52 @@ func BenchmarkColdGet(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkMemberFrames decodes the leaves of a 20,000-entry body as a cold
+// read of a packed root does, one zstd frame a member (packDecode), against
+// the same bytes as one frame: what the format's frame a member costs.
+func BenchmarkMemberFrames(b *testing.B) {
+	files := objTestFiles(20000, "")
+	var leaves [][]byte
+	start := 0
+	for i := range files {
+		if objPackLeafCut(files[i].Path, i-start+1) || i == len(files)-1 {
+			leaves = append(leaves, objEncodeLeaf(files[start:i+1]))
+			start = i + 1
+		}
+	}
+	frames := make([][]byte, len(leaves))
+	raws := make([]int, len(leaves))
+	var all []byte
+	for i, l := range leaves {
+		frames[i], raws[i] = packCompress(l)
+		all = append(all, l...)
+	}
+	b.Run(fmt.Sprintf("frames=%d", len(frames)), func(b *testing.B) {
+		b.SetBytes(int64(len(all)))
+		for b.Loop() {
+			for i, f := range frames {
+				if _, err := packDecode(f, raws[i]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+	b.Run("frames=1", func(b *testing.B) {
+		enc, err := zstdEncoder()
+		if err != nil {
+			b.Fatal(err)
+		}
+		one := enc.EncodeAll(all, nil)
+		dec, err := zstdDecoder()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.SetBytes(int64(len(all)))
+		for b.Loop() {
+			if _, err := dec.DecodeAll(one, make([]byte, 0, len(all))); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
