@@ -254,9 +254,9 @@ func (s *Store) root(ctx context.Context, d keys.Digest) (objRoot, error) {
 	return r, nil
 }
 
-// objects fetches the objects with digests ds, objectParallel at a time,
-// into a map by object key.
-func (s *Store) fetchObjects(ctx context.Context, ds []keys.Digest) (map[string][]byte, error) {
+// fetchObjects fetches the objects with digests ds, objectParallel at a
+// time, into a map by digest.
+func (s *Store) fetchObjects(ctx context.Context, ds []keys.Digest) (map[keys.Digest][]byte, error) {
 	got := make([][]byte, len(ds))
 	err := forEach(ctx, len(ds), objectParallel, func(ctx context.Context, i int) (err error) {
 		got[i], err = s.object(ctx, ds[i])
@@ -265,9 +265,9 @@ func (s *Store) fetchObjects(ctx context.Context, ds []keys.Digest) (map[string]
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string][]byte, len(ds))
+	out := make(map[keys.Digest][]byte, len(ds))
 	for i, d := range ds {
-		out[objectKey(d)] = got[i]
+		out[d] = got[i]
 	}
 	return out, nil
 }
@@ -308,20 +308,17 @@ func (s *Store) readBodyHint(ctx context.Context, root keys.Digest, hint []keys.
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	got, err := s.fetchPartsFrom(ctx, append(slices.Clone(r.leaves), r.conv...), whole)
+	got, err := s.fetchVerified(ctx, append(slices.Clone(r.leaves), r.conv...), whole)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	rb, err := s.object(ctx, root)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	got[objectKey(root)] = rb
-	files, conv, arts, err := assembleCheckpointBody(root, func(key string) ([]byte, error) {
-		if b, ok := got[key]; ok {
+	// Each part was verified as it was read (or when it entered the
+	// cache): assembleBody only decodes.
+	files, conv, arts, err := assembleBody(&r, func(d keys.Digest) ([]byte, error) {
+		if b, ok := got[d]; ok {
 			return b, nil
 		}
-		return nil, bucket.ErrNotFound
+		return nil, objError(d, bucket.ErrNotFound)
 	})
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("etcdstore: %w", err)

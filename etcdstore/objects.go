@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -9,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"runtime"
 	"slices"
 
 	"github.com/cairnstore/cairn"
@@ -851,30 +853,62 @@ func assembleCheckpointBody(root keys.Digest, fetch func(key string) ([]byte, er
 	if err != nil {
 		return nil, nil, nil, objError(root, err)
 	}
+	return assembleBody(&r, f.get)
+}
+
+// objDecodeParallel is the fewest leaves a body decodes on more than one
+// core: below it, starting the goroutines costs more than they save.
+const objDecodeParallel = 16
+
+// assembleBody decodes the body that root r names. get returns the bytes of
+// each leaf and conversation chunk r names, verified against its digest
+// (assembleBody hashes nothing), or an error; it is called from one
+// goroutine, once per part in the order r names them. assembleBody checks
+// every type, version, count and length and decodes the leaves straight into
+// the result, on every core when there are many; it returns exactly the
+// files, conversation (nil when it was nil) and artifacts that were split, or
+// an error naming the part that is missing or wrong, and then no files.
+// Files and artifacts are never nil. Memory is allocated in proportion to the
+// bytes get returns, never to counts a part merely declares.
+func assembleBody(r *objRoot, get func(d keys.Digest) ([]byte, error)) (files []cairn.Entry, conv json.RawMessage, artifacts []cairn.Artifact, err error) {
 	leaves := make([][]byte, len(r.leaves))
+	at := make([]int, len(r.leaves))
 	total := 0
 	for i, p := range r.leaves {
-		if leaves[i], err = f.get(p.digest); err != nil {
+		if leaves[i], err = get(p.digest); err != nil {
 			return nil, nil, nil, err
 		}
 		if n, err := objLeafCount(leaves[i]); err != nil || n != p.n {
 			return nil, nil, nil, objError(p.digest, errCodec)
 		}
+		at[i] = total
 		total += p.n
 	}
 	files = make([]cairn.Entry, total)
-	at := 0
-	for i, p := range r.leaves {
-		if err := objDecodeLeafInto(leaves[i], files[at:at+p.n]); err != nil {
-			return nil, nil, nil, objError(p.digest, err)
+	decode := func(i int) error {
+		p := r.leaves[i]
+		if err := objDecodeLeafInto(leaves[i], files[at[i]:at[i]+p.n]); err != nil {
+			return objError(p.digest, err)
 		}
-		at += p.n
+		return nil
+	}
+	if par := runtime.GOMAXPROCS(0); par > 1 && len(leaves) >= objDecodeParallel {
+		err = forEach(context.Background(), len(leaves), par, func(_ context.Context, i int) error { return decode(i) })
+	} else {
+		for i := range leaves {
+			if err = decode(i); err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	if r.convPresent {
 		chunks := make([][]byte, len(r.conv))
 		total := 0
 		for i, p := range r.conv {
-			if chunks[i], err = f.get(p.digest); err != nil {
+			if chunks[i], err = get(p.digest); err != nil {
 				return nil, nil, nil, err
 			}
 			if _, ok := objHeader(chunks[i], objTypeConv); !ok || len(chunks[i])-2 != p.n {

@@ -471,14 +471,21 @@ func (s *Store) readRange(ctx context.Context, key string, off, n int) ([]byte, 
 // the first member needed to the end of the last. Each member is verified
 // against its digest; the cache serves and keeps members by digest.
 func (s *Store) fetchParts(ctx context.Context, parts []objPart) (map[string][]byte, error) {
-	return s.fetchPartsFrom(ctx, parts, nil)
+	got, err := s.fetchVerified(ctx, parts, nil)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string][]byte, len(got))
+	for d, b := range got {
+		out[objectKey(d)] = b
+	}
+	return out, nil
 }
 
-// fetchMembers is fetchPartsFrom for parts that are objects or members of
-// packs (none made from a leaf): it returns their verified bytes by object
-// key.
-func (s *Store) fetchMembers(ctx context.Context, parts []objPart, whole map[keys.Digest][]byte) (map[string][]byte, error) {
-	out := make(map[string][]byte, len(parts))
+// fetchMembers is fetchVerified for parts that are objects or members of
+// packs (none made from a leaf): it returns their verified bytes by digest.
+func (s *Store) fetchMembers(ctx context.Context, parts []objPart, whole map[keys.Digest][]byte) (map[keys.Digest][]byte, error) {
+	out := make(map[keys.Digest][]byte, len(parts))
 	var single []keys.Digest
 	byPack := map[keys.Digest][]objPart{}
 	var packs []keys.Digest
@@ -490,7 +497,7 @@ func (s *Store) fetchMembers(ctx context.Context, parts []objPart, whole map[key
 		}
 		seen[p.digest] = true
 		if b, ok := s.objCache.get(p.digest); ok {
-			out[objectKey(p.digest)] = b
+			out[p.digest] = b
 			continue
 		}
 		if p.at.size == 0 {
@@ -523,7 +530,7 @@ func (s *Store) fetchMembers(ctx context.Context, parts []objPart, whole map[key
 	if s.objects == nil && len(packs) > 0 {
 		return nil, fmt.Errorf("etcdstore: %w", objError(packs[0], fmt.Errorf("the store has no object bucket (Options.Objects)")))
 	}
-	members := make([]map[string][]byte, len(packs))
+	members := make([]map[keys.Digest][]byte, len(packs))
 	// The bases of patched leaves by place, and the patches by leaf.
 	var mu sync.Mutex
 	bases := map[partLoc][]byte{}
@@ -573,11 +580,11 @@ func (s *Store) fetchMembers(ctx context.Context, parts []objPart, whole map[key
 		if err != nil {
 			return err
 		}
-		m := make(map[string][]byte, len(ps))
+		m := make(map[keys.Digest][]byte, len(ps))
 		for j, p := range ps {
 			if got[j] != nil {
 				s.objCache.put(p.digest, got[j])
-				m[objectKey(p.digest)] = got[j]
+				m[p.digest] = got[j]
 			}
 		}
 		members[i] = m
@@ -600,7 +607,7 @@ func (s *Store) fetchMembers(ctx context.Context, parts []objPart, whole map[key
 			return nil, fmt.Errorf("etcdstore: pack %s: %w", objectKey(p.at.pack), objError(p.digest, err))
 		}
 		s.objCache.put(p.digest, b)
-		out[objectKey(p.digest)] = b
+		out[p.digest] = b
 	}
 	for _, m := range members {
 		for k, b := range m {

@@ -106,20 +106,20 @@ func objDeriveRefChunk(leaf []byte, pick string) (object, error) {
 	return objEncodeRefChunk(ks), nil
 }
 
-// fetchPartsFrom is fetchParts with packs already read whole (by digest,
-// not yet verified): their members are cut from those bytes instead of
-// read by range. A reference chunk made from its leaf (root version 5) is
+// fetchVerified is fetchParts by digest, with packs already read whole (by
+// digest, not yet verified): their members are cut from those bytes instead
+// of read by range. A reference chunk made from its leaf (root version 5) is
 // made from the leaf, read as a part, and checked against its digest.
-func (s *Store) fetchPartsFrom(ctx context.Context, parts []objPart, whole map[keys.Digest][]byte) (map[string][]byte, error) {
+func (s *Store) fetchVerified(ctx context.Context, parts []objPart, whole map[keys.Digest][]byte) (map[keys.Digest][]byte, error) {
 	read := make([]objPart, 0, len(parts))
 	var derived []objPart
-	cached := map[string][]byte{}
+	cached := map[keys.Digest][]byte{}
 	for _, p := range parts {
 		switch b, ok := s.objCache.get(p.digest); {
 		case p.at.base == nil:
 			read = append(read, p)
 		case ok:
-			cached[objectKey(p.digest)] = b
+			cached[p.digest] = b
 		default:
 			derived = append(derived, p)
 			read = append(read, *p.at.base)
@@ -130,7 +130,7 @@ func (s *Store) fetchPartsFrom(ctx context.Context, parts []objPart, whole map[k
 		return nil, err
 	}
 	for _, p := range derived {
-		o, err := objDeriveRefChunk(got[objectKey(p.at.base.digest)], p.at.pick)
+		o, err := objDeriveRefChunk(got[p.at.base.digest], p.at.pick)
 		if err == nil && o.digest != p.digest {
 			err = errObjDigest
 		}
@@ -138,10 +138,10 @@ func (s *Store) fetchPartsFrom(ctx context.Context, parts []objPart, whole map[k
 			return nil, fmt.Errorf("etcdstore: %w", objError(p.digest, err))
 		}
 		s.objCache.put(p.digest, o.data)
-		got[o.key] = o.data
+		got[o.digest] = o.data
 	}
-	for k, b := range cached {
-		got[k] = b
+	for d, b := range cached {
+		got[d] = b
 	}
 	return got, nil
 }
