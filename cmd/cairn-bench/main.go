@@ -30,6 +30,9 @@ import (
 )
 
 func main() {
+	if bench.SweeperMain() {
+		return
+	}
 	if bench.MemberMain() {
 		return
 	}

@@ -13,6 +13,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if SweeperMain() {
+		return
+	}
 	if MemberMain() {
 		return
 	}

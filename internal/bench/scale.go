@@ -64,11 +64,12 @@ type scaleResult struct {
 	written                                      int64
 	cold, walk, steady, idle, plan               sweepFig
 	restart, compacted                           mirrorFig
-	heap                                         int64 // heap the mirror takes, loaded from its file
-	buildHeap                                    int64 // the heap's peak above its level before, during the cold build
-	rss, hwm                                     int64 // the process's, at the end
-	anon                                         int64 // of rss, the anonymous memory (not the files mapped, such as the mirror's)
-	file                                         int64 // the mirror file's size
+	heap                                         int64   // heap the mirror takes, loaded from its file
+	buildHeap                                    int64   // the heap's peak above its level before, during the cold build
+	rss, hwm                                     int64   // the process's, at the end
+	anon                                         int64   // of rss, the anonymous memory (not the files mapped, such as the mirror's)
+	proc                                         procFig // the sweeper process's (SweeperMain)
+	file                                         int64   // the mirror file's size
 	bucketObjects                                int
 	bucketBytes                                  int64 // bytes of the objects ever created
 }
@@ -237,6 +238,19 @@ func (sr *scaleRun) run(ctx context.Context, n int) (*scaleResult, error) {
 	}
 	res.created = b.created.Load() - created0
 	res.written = wt.sentWrites()
+
+	// A sweeper process of its own syncs a copy of the mirror, as the cold
+	// build left it, through the churn: its memory is a sweeper's alone.
+	procPath := path + ".proc"
+	if err := copyFile(path, procPath); err != nil {
+		return nil, err
+	}
+	sr.logf("scale %d: a sweeper process of its own", n)
+	res.proc, err = runSweeperProcess(ctx, sweeperJob{Endpoints: sr.cli.Endpoints(), Prefix: scalePrefix, Mirror: procPath, Objects: dir})
+	os.Remove(procPath)
+	if err != nil {
+		return nil, err
+	}
 
 	// The full walk's verdict on the same data (a dry run on a fresh store:
 	// it changes nothing), then the steady-state sweep with the mirror.
@@ -493,10 +507,10 @@ func copyFile(from, to string) error {
 // table prints the figures of each run, one line each.
 func scaleTable(rs []*scaleResult) string {
 	var b strings.Builder
-	fmt.Fprintln(&b, "| kept | write | first sweep (cold build): time, reads | churn (turns+prunes, forks, threads deleted) | created + lost | steady sweep: time, reads, LIST, etcd read / written | its dry run: time (÷ walk's) | full walk (dry run): time, reads, LIST | nothing changed: time, requests | restart: time, reads, ranges | compacted: reads, ranges | mirror heap / ckpt | cold build's heap peak | file / ckpt | RSS (peak), of which anonymous |")
-	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(&b, "| kept | write | first sweep (cold build): time, reads | churn (turns+prunes, forks, threads deleted) | created + lost | steady sweep: time, reads, LIST, etcd read / written | its dry run: time (÷ walk's) | full walk (dry run): time, reads, LIST | nothing changed: time, requests | restart: time, reads, ranges | compacted: reads, ranges | mirror heap / ckpt | cold build's heap peak | file / ckpt | RSS (peak), of which anonymous | sweeper process: sync, RSS (peak), anonymous, heap |")
+	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rs {
-		fmt.Fprintf(&b, "| %s | %s | %s, %s | %d, %d, %d | %s + %s | %s, %s (%.2f×), %s, %s / %s (%.2f×) | %s (%.1f%%) | %s, %s, %s | %s, %s | %s, %s, %d | %s, %d | %s | %s | %s | %s (%s), %s |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s, %s | %d, %d, %d | %s + %s | %s, %s (%.2f×), %s, %s / %s (%.2f×) | %s (%.1f%%) | %s, %s, %s | %s, %s | %s, %s, %d | %s, %d | %s | %s | %s | %s (%s), %s | %s, %s (%s), %s, %s |\n",
 			fmtInt(int64(r.kept)), fmtDur(r.writeTook), fmtDur(r.cold.took), fmtInt(r.cold.req.reads()), r.appended, r.forks, r.deletedThreads,
 			fmtInt(r.created), fmtInt(r.lost()),
 			fmtDur(r.steady.took), fmtInt(r.steady.req.reads()), r.readRatio(), fmtInt(int64(r.steady.lists)), fmtBytes(r.steady.etcdRead), fmtBytes(r.written), r.etcdRatio(),
@@ -505,7 +519,8 @@ func scaleTable(rs []*scaleResult) string {
 			fmtDur(r.idle.took), fmtInt(r.idle.req.total()),
 			fmtDur(r.restart.took), fmtInt(r.restart.req.reads()), r.restart.stats.Relists,
 			fmtInt(r.compacted.req.reads()), r.compacted.stats.Relists,
-			fmtBytes(r.heap/int64(r.kept)), fmtLarge(r.buildHeap), fmtBytes(r.file/int64(r.kept)), fmtBytes(r.rss), fmtBytes(r.hwm), fmtBytes(r.anon))
+			fmtBytes(r.heap/int64(r.kept)), fmtLarge(r.buildHeap), fmtBytes(r.file/int64(r.kept)), fmtBytes(r.rss), fmtBytes(r.hwm), fmtBytes(r.anon),
+			fmtDur(r.proc.Took), fmtBytes(r.proc.RSS), fmtBytes(r.proc.HWM), fmtBytes(r.proc.Anon), fmtBytes(r.proc.Heap))
 	}
 	return b.String()
 }

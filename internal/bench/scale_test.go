@@ -55,6 +55,8 @@ func TestScale(t *testing.T) {
 		{"nothing changed: no bucket request at all", res.idle.incremental && res.idle.req.total() == 0, res.idle.req.String()},
 		{"restart, file intact: no bucket read", res.restart.req.reads() == 0, res.restart.req.String()},
 		{"restart, file intact: no range read", res.restart.stats.Relists == 0 && res.restart.stats.Rebuilds == 0, fmt.Sprintf("%+v", res.restart.stats)},
+		{"the sweeper process followed the churn", res.proc.Events > 0 && res.proc.Candidates > 0, fmt.Sprintf("%+v", res.proc)},
+		{"the sweeper process read what the dry run's fresh store read", res.proc.Reads == res.plan.req[reqGet]+res.plan.req[reqRange], fmt.Sprintf("%d against %s", res.proc.Reads, res.plan.req)},
 		{"compacted: exactly one range read", res.compacted.stats.Relists == 1 && res.compacted.stats.Rebuilds == 0, fmt.Sprintf("%+v", res.compacted.stats)},
 	}
 	for _, c := range checks {

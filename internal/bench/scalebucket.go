@@ -77,10 +77,12 @@ func (a reqCounts) String() string {
 // should hold, and the process's RSS then tells about the sweeper rather than
 // about the bucket.
 type countingBucket struct {
-	mem     *bucket.Memory
-	dir     string
-	latency time.Duration
-	n       [numReqKinds]atomic.Int64
+	mem *bucket.Memory
+	dir string
+	// filesOnly: reads come from the files in dir alone (newFileReader).
+	filesOnly bool
+	latency   time.Duration
+	n         [numReqKinds]atomic.Int64
 	// created counts the puts that stored a new object, and createdBytes
 	// their bytes.
 	created, createdBytes atomic.Int64
@@ -114,6 +116,9 @@ func (c *countingBucket) file(key string) string {
 // read returns the bytes of key, from its file when it has one.
 func (c *countingBucket) read(ctx context.Context, key string) ([]byte, error) {
 	f := c.file(key)
+	if c.filesOnly {
+		return readObjectFile(f, key)
+	}
 	if f == "" {
 		return c.mem.Get(ctx, key)
 	}
@@ -121,6 +126,28 @@ func (c *countingBucket) read(ctx context.Context, key string) ([]byte, error) {
 		return nil, err
 	}
 	return os.ReadFile(f)
+}
+
+// newFileReader returns a countingBucket that answers reads of the store's
+// objects from the files another process's countingBucket keeps in dir, and
+// holds nothing itself: the sweeper process of B18 reads through it.
+func newFileReader(dir string) *countingBucket {
+	c := newCountingBucket(0, dir)
+	c.filesOnly = true
+	return c
+}
+
+// readObjectFile reads the object key from its file f ("" when key is not
+// an object's).
+func readObjectFile(f, key string) ([]byte, error) {
+	if f == "" {
+		return nil, fmt.Errorf("%w: %s (a reader of the objects' files only)", bucket.ErrNotFound, key)
+	}
+	b, err := os.ReadFile(f)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s", bucket.ErrNotFound, key)
+	}
+	return b, err
 }
 
 func (c *countingBucket) counts() reqCounts {
