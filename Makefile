@@ -229,10 +229,14 @@ demo: $(if $(filter versitygw,$(S3)),$(BIN)/versitygw)
 
 ## bench: cairn side by side with bare etcd and the bare S3 SDK, one table;
 ## QUICK=1 runs fewer rounds on smaller sizes (B1, B2 as full), BENCHFLAGS passes more flags
-## (e.g. BENCHFLAGS="-only B1,B3 -cpuprofile /tmp/prof").
+## (e.g. BENCHFLAGS="-only B1,B3 -cpuprofile /tmp/prof"). BENCH_MEMLIMIT is the Go runtime's soft
+## memory limit for the bench process (GOMEMLIMIT): B16 at 10^5 kept checkpoints holds about 10 GiB
+## in the harness, more than a 24 GiB host can give it without one; the collector then works harder
+## (docs/performance.md, "Packed keys, and a sweeper process of its own").
+BENCH_MEMLIMIT ?= 8GiB
 bench: $(BIN)/versitygw
 	$(GO) build -o $(BIN)/cairn-bench ./cmd/cairn-bench
-	$(BIN)/cairn-bench -v -versitygw $(BIN)/versitygw $(if $(QUICK),-quick) $(BENCHFLAGS)
+	GOMEMLIMIT=$(BENCH_MEMLIMIT) $(BIN)/cairn-bench -v -versitygw $(BIN)/versitygw $(if $(QUICK),-quick) $(BENCHFLAGS)
 	$(MAKE) ts-bench
 	$(MAKE) bench-regions
 
