@@ -72,10 +72,22 @@ type Mirror struct {
 	ncounts, csum uint64
 	nkids         uint64
 	ovRecs        map[string]ovRec
-	ovCounts      map[string]ovCount
+	ovCounts      map[string]int // nodes' counts only; see pend
 	ovKids        map[string]ovKids
-	rtx           *bolt.Tx // a read transaction held during a sync
-	readErr       error    // a value in the file failed its checksum after open
+	// pend is the change of counts the current sync has summed and not yet
+	// written: each node's, which its children that are bucket keys share
+	// (a node's children that are nodes are in the overlay's nodes), and
+	// the change of the bucket keys records name directly. It is written
+	// with the records and the revision, then applied to the counts in
+	// batches of bounded size (finish), so that neither the heap nor one
+	// transaction holds a change that reaches every count page.
+	pend map[string]int
+	// pending: the file holds a change of counts not yet applied in full
+	// (a write that failed in the middle, or a crash): until finish applies
+	// it, Count reports every key as referenced and Live fails.
+	pending bool
+	rtx     *bolt.Tx // a read transaction held during a sync
+	readErr error    // a value in the file failed its checksum after open
 	// parts are where the reference chunks of the roots read in this sync
 	// are (see read).
 	parts map[keys.Digest]objPart
@@ -157,6 +169,13 @@ type mirrorFault struct {
 	// afterFlush, when set, is called after each write of a cold build's
 	// batch, with the file's path; its error fails the sync there.
 	afterFlush func(path string) error
+	// afterApply, when set, is called after each transaction that applies
+	// a batch of a sync's change of counts (finish), with the batch's
+	// number from 1; its error fails the write there, as a crash would.
+	afterApply func(n int) error
+	// reapply applies an unfinished change of counts from its start again,
+	// ignoring how far the file says it was applied.
+	reapply bool
 }
 
 // ErrMirror: the mirror cannot be used (its file cannot be opened or written).
@@ -167,9 +186,12 @@ var ErrMirror = errors.New("etcdstore: mirror")
 const mirrorLockWait = 5 * time.Second
 
 // mirrorFormat is the version of the mirror file's format; a file of another
-// version is discarded and rebuilt. Format 5 stores keys packed
-// (mirrorkey.go); format 4 stored them as bucket keys.
-const mirrorFormat = 5
+// version is discarded and rebuilt. Format 6 writes a sync's change of
+// counts after its records, in batches, from a change it writes first
+// (finish); format 5 wrote it in one transaction, and a reader of format 5
+// would take a file whose change is not applied in full for a finished one.
+// Format 5 stored keys packed (mirrorkey.go); format 4 as bucket keys.
+const mirrorFormat = 6
 
 var (
 	mirrorMeta   = []byte("meta")
@@ -177,8 +199,12 @@ var (
 	mirrorKids   = []byte("kids")
 	mirrorZero   = []byte("zero")
 	mirrorCounts = []byte("counts")
-	castagnoli   = crc32.MakeTable(crc32.Castagnoli)
-	ecma         = crc64.MakeTable(crc64.ECMA)
+	mirrorPend   = []byte("pend")
+	// pendMark, in the meta bucket while the file holds a change of counts
+	// not applied in full, is the last key applied (empty: none yet).
+	pendMark   = []byte("pend")
+	castagnoli = crc32.MakeTable(crc32.Castagnoli)
+	ecma       = crc64.MakeTable(crc64.ECMA)
 )
 
 // OpenMirror opens the mirror file at path, creating it if needed, and
@@ -236,7 +262,18 @@ func (s *Store) openMirror(ctx context.Context, path string, broken mirrorFault)
 		return nil, fmt.Errorf("%w: open %s: %w", ErrMirror, path, err)
 	}
 	m.db = db
-	if why := m.load(true); why != "" {
+	why := m.load(true)
+	if why == "" && m.pending {
+		// A sync's change of counts not applied in full (a crash in its
+		// write): applied now, then the file is checked.
+		if err := m.finish(true); err != nil {
+			why = "an unapplied change of counts: " + err.Error()
+		} else {
+			m.reset()
+			why = m.load(true)
+		}
+	}
+	if why != "" {
 		m.stats.Discarded = why
 		m.s.log.Warn("etcdstore: mirror file discarded; the next sync rebuilds it", "path", path, "reason", why)
 		m.reset()
@@ -264,7 +301,7 @@ func (m *Mirror) Close() error {
 
 // clearBuckets deletes every bucket of the file.
 func clearBuckets(tx *bolt.Tx) error {
-	for _, b := range [][]byte{mirrorMeta, mirrorRecs, mirrorKids, mirrorCounts, mirrorZero} {
+	for _, b := range [][]byte{mirrorMeta, mirrorRecs, mirrorKids, mirrorCounts, mirrorZero, mirrorPend} {
 		if tx.Bucket(b) != nil {
 			if err := tx.DeleteBucket(b); err != nil {
 				return err
@@ -313,7 +350,7 @@ func (m *Mirror) writeHeader(clear bool) error {
 
 func (m *Mirror) reset() {
 	m.rev, m.cluster, m.gap, m.listed = 0, 0, 0, 0
-	m.flushed = false
+	m.flushed, m.pending = false, false
 	m.nrecs, m.rsum, m.ncounts, m.csum, m.nkids = 0, 0, 0, 0, 0
 	m.clearOverlay()
 	m.zeroed = map[string]int64{}
@@ -325,8 +362,9 @@ func (m *Mirror) reset() {
 // clearOverlay forgets what the current sync changed.
 func (m *Mirror) clearOverlay() {
 	m.ovRecs = map[string]ovRec{}
-	m.ovCounts = map[string]ovCount{}
+	m.ovCounts = map[string]int{}
 	m.ovKids = map[string]ovKids{}
+	m.pend = map[string]int{}
 	m.parts = map[keys.Digest]objPart{}
 }
 
@@ -400,27 +438,16 @@ func (m *Mirror) kidsOf(k string) ([]string, bool) {
 	return ks, ok
 }
 
-// setCount sets the count of k to n (0: not counted).
-// The file's count when the sync first changed it is kept with the new one,
-// so that the write-back knows what it replaces without reading it again.
-func (m *Mirror) setCount(k string, was, n int) {
-	if o, ok := m.ovCounts[k]; ok {
-		was = o.was
-	}
-	m.ovCounts[k] = ovCount{was: was, now: n}
-}
-
-// ovCount is a count the sync changed: the file's (was) and the new one
-// (now); 0 is no count.
-type ovCount struct{ was, now int }
-
 // Live calls fn for every bucket key the mirror counts as referenced, in key
 // order, with its count, which is the walk's. It stops at fn's error. It
 // reads the counts from the file in pages, holding no transaction while fn
 // runs: every count is in the file between syncs, since a sync writes its
 // overlay back (or drops it) before it returns. Errors: fn's, or the file
-// could not be read (ErrMirror).
+// could not be read, or holds a change not applied in full (ErrMirror).
 func (m *Mirror) Live(fn func(cairn.BlobReference) error) error {
+	if m.pending {
+		return fmt.Errorf("%w: %s: a change of counts is not applied in full; the next sync applies it", ErrMirror, m.path)
+	}
 	from := []byte{1} // node ids start with 0; bucket keys after them
 	for {
 		var page []cairn.BlobReference
@@ -544,19 +571,24 @@ func (m *Mirror) pace(ctx context.Context, n int) error {
 
 // Count returns the number of references the mirror counts for key. A count
 // that fails its checksum in the file is reported as 1 (referenced: it can
-// only keep garbage) and fails the next Sync, which then rebuilds.
+// only keep garbage) and fails the next Sync, which then rebuilds; so is
+// every count while the file holds a change of counts not applied in full
+// (a sync that failed in its write), until the next Sync applies it.
 func (m *Mirror) Count(key string) int {
 	p, ok := packKey(key)
 	if !ok {
 		return 0 // not a key the mirror counts
+	}
+	if m.pending {
+		return 1
 	}
 	return m.count(p)
 }
 
 // count is Count of a packed key or a node id.
 func (m *Mirror) count(key string) int {
-	if o, ok := m.ovCounts[key]; ok {
-		return o.now
+	if n, ok := m.ovCounts[key]; ok {
+		return n
 	}
 	v, ok := m.look(mirrorCounts, key)
 	if !ok {
@@ -877,6 +909,12 @@ func (m *Mirror) applyRecords(ctx context.Context, ch change, recs []string) err
 			if d == 0 {
 				continue
 			}
+			if !isNode(k) {
+				// A bucket key's count changes when the change is
+				// applied to the file (finish).
+				m.pend[k] += d
+				continue
+			}
 			n := m.count(k)
 			if n+d < 0 {
 				d = -n // not counted as often: cannot happen while the counts are exact
@@ -884,31 +922,29 @@ func (m *Mirror) applyRecords(ctx context.Context, ch change, recs []string) err
 			if d == 0 {
 				continue
 			}
-			m.setCount(k, n, n+d)
-			if isNode(k) {
-				if n == 0 {
-					// Live now: its children come from the bucket, below.
-					fresh, freshBy = append(fresh, k), append(freshBy, d)
-					continue
-				}
-				// Children are read from the file only here: a change of a
-				// node's count, whatever its size, passes to its children,
-				// so that a child's count stays the sum of its parents'.
-				ks, _ := m.kidsOf(k)
-				m.stats.ChildReads++
-				for _, c := range ks {
+			m.ovCounts[k] = n + d
+			// The node's change passes to its children that are bucket
+			// keys when the change is applied (finish), which reads the
+			// node's children from the file once; a node that is no
+			// longer live keeps its children there until then.
+			m.pend[k] += d
+			if n == 0 {
+				// Live now: its children come from the bucket, below.
+				fresh, freshBy = append(fresh, k), append(freshBy, d)
+				continue
+			}
+			if k[1] != nodeRoot {
+				continue // a chunk's and a transcript's children are bucket keys
+			}
+			// Children are read from the file only here: a change of a
+			// node's count, whatever its size, passes to its children,
+			// so that a child's count stays the sum of its parents'.
+			ks, _ := m.kidsOf(k)
+			m.stats.ChildReads++
+			for _, c := range ks {
+				if isNode(c) {
 					next[c] += d
 				}
-				if n+d == 0 {
-					m.ovKids[k] = ovKids{}
-				}
-			} else if n+d == 0 {
-				key, ok := unpackKey(k)
-				if !ok {
-					return fmt.Errorf("%w: %s: a counted key %x is neither a node nor a bucket key", ErrMirror, m.path, k)
-				}
-				m.zeroed[key] = m.rev
-				m.dirtyZero[key] = true
 			}
 		}
 		got, err := m.read(ctx, fresh)
@@ -918,7 +954,9 @@ func (m *Mirror) applyRecords(ctx context.Context, ch change, recs []string) err
 		for i, k := range fresh {
 			m.ovKids[k] = ovKids{ks: got[i], ok: true}
 			for _, c := range got[i] {
-				next[c] += freshBy[i]
+				if isNode(c) {
+					next[c] += freshBy[i]
+				}
 			}
 		}
 		delta = next
@@ -947,6 +985,12 @@ func (m *Mirror) Sync(ctx context.Context) (int64, error) {
 		}
 	}
 	m.cluster = cluster
+	if m.pending {
+		// The last sync's change of counts is not applied in full.
+		if err := m.finish(true); err != nil {
+			return m.abandon(err)
+		}
+	}
 	rtx, err := m.db.Begin(false)
 	if err != nil {
 		return m.rev, fmt.Errorf("%w: read %s: %w", ErrMirror, m.path, err)
@@ -1316,6 +1360,17 @@ func decodeKids(v []byte) ([]string, bool) {
 	return decodeKidsBody(b)
 }
 
+// kidsValid reports whether v is a node's sealed children, as decodeKids
+// would, without making them.
+func kidsValid(v []byte) bool {
+	b, ok := unseal(v)
+	for ok && len(b) > 0 {
+		n := packedSize(b)
+		ok, b = n > 0, b[n:]
+	}
+	return ok
+}
+
 func decodeKidsBody(b []byte) ([]string, bool) {
 	out := make([]string, 0, len(b)/packedLen)
 	for len(b) > 0 {
@@ -1329,28 +1384,22 @@ func decodeKidsBody(b []byte) ([]string, bool) {
 	return out, true
 }
 
-// persist writes what the sync changed (the overlay) and the revision in one
-// transaction, keeping the header's summary of the records, counts and
-// children in step with what it writes; the overlay is then dropped.
+// persist writes what the sync changed: first, in one transaction, the
+// records, the new nodes' children, the zeroed keys, the summed change of
+// counts (pend) and the revision; then finish applies that change to the
+// counts in batches. The overlay is dropped once written. The header's
+// summary of the records, counts and children is kept in step with what
+// each transaction writes. With final false the headers written say that
+// the file is unfinished (a cold build's batch).
 func (m *Mirror) persist(final bool) error {
-	nrecs, rsum, ncounts, csum, nkids := m.nrecs, m.rsum, m.ncounts, m.csum, m.nkids
-	written := m.stats.CountsWritten
+	nrecs, rsum, nkids := m.nrecs, m.rsum, m.nkids
+	pend := false
 	err := m.db.Update(func(tx *bolt.Tx) error {
-		bs := make([]*bolt.Bucket, 5)
-		for i, name := range [][]byte{mirrorMeta, mirrorRecs, mirrorKids, mirrorCounts, mirrorZero} {
-			b, err := tx.CreateBucketIfNotExists(name)
-			if err != nil {
-				return err
-			}
-			// Pages are written full: keys are written in order, and
-			// a count or a record is mostly rewritten at the same size,
-			// so a page that is full need not split, and a sync that
-			// changes keys spread over the bucket rewrites half as many
-			// pages as at bbolt's default of half full.
-			b.FillPercent = 1
-			bs[i] = b
+		bs, err := mirrorBuckets(tx, mirrorMeta, mirrorRecs, mirrorKids, mirrorZero, mirrorPend)
+		if err != nil {
+			return err
 		}
-		err := writeBack(bs[1], m.ovRecs, func(k string, old []byte) {
+		err = writeBack(bs[1], m.ovRecs, func(k string, old []byte) {
 			if body, ok := unseal(old); ok {
 				m.rsum ^= recHash(k, body)
 			}
@@ -1376,57 +1425,305 @@ func (m *Mirror) persist(final bool) error {
 		if err != nil {
 			return err
 		}
-		if err := m.writeCounts(bs[3]); err != nil {
+		if err := m.writeZeroed(bs[3]); err != nil {
 			return err
 		}
-		if err := m.writeZeroed(bs[4]); err != nil {
-			return err
+		for _, k := range slices.Sorted(maps.Keys(m.pend)) {
+			if d := m.pend[k]; d != 0 {
+				if err := bs[4].Put([]byte(k), encodeDelta(d)); err != nil {
+					return err
+				}
+				pend = true
+			}
 		}
-		h := m.header()
-		if !final {
-			h = m.unfinishedHeader()
+		if pend {
+			if err := bs[0].Put(pendMark, sealed(nil)); err != nil {
+				return err
+			}
 		}
-		return bs[0].Put([]byte("header"), h)
+		return bs[0].Put([]byte("header"), m.headerFor(final))
 	})
 	m.dirtyZero = map[string]bool{}
 	if err != nil {
-		m.nrecs, m.rsum, m.ncounts, m.csum, m.nkids = nrecs, rsum, ncounts, csum, nkids
-		m.stats.CountsWritten = written
+		m.nrecs, m.rsum, m.nkids = nrecs, rsum, nkids
 		return fmt.Errorf("%w: write %s: %w", ErrMirror, m.path, err)
 	}
 	m.clearOverlay()
-	return nil
+	if !pend {
+		return nil
+	}
+	m.pending = true
+	return m.finish(final)
 }
 
-// writeCounts writes the counts the sync changed into b, in key order, from
-// what the overlay knows of each (the file's count and the new one), without
-// reading the file again; a count the sync left as it was is not written.
-func (m *Mirror) writeCounts(b *bolt.Bucket) error {
-	for _, k := range slices.Sorted(maps.Keys(m.ovCounts)) {
-		o := m.ovCounts[k]
-		if o.was == o.now {
+// mirrorBuckets returns the buckets names of tx, created if need be, each
+// written with full pages: keys are written in order, and a count or a record
+// is mostly rewritten at the same size, so a page that is full need not split,
+// and a sync that changes keys spread over a bucket rewrites half as many
+// pages as at bbolt's default of half full.
+func mirrorBuckets(tx *bolt.Tx, names ...[]byte) ([]*bolt.Bucket, error) {
+	bs := make([]*bolt.Bucket, len(names))
+	for i, name := range names {
+		b, err := tx.CreateBucketIfNotExists(name)
+		if err != nil {
+			return nil, err
+		}
+		b.FillPercent = 1
+		bs[i] = b
+	}
+	return bs, nil
+}
+
+// headerFor is the header to write: the mirror's, or with final false an
+// unfinished one.
+func (m *Mirror) headerFor(final bool) []byte {
+	if final {
+		return m.header()
+	}
+	return m.unfinishedHeader()
+}
+
+// A pendEntry is one key's change of count in finish: the key (a node id,
+// or a packed bucket key in its first packedLen bytes) and the change.
+type pendEntry struct {
+	k [nodeLen]byte
+	n uint8
+	d int32
+}
+
+func (e *pendEntry) key() []byte { return e.k[:e.n] }
+
+// finish applies the change of counts the file holds (the pend bucket, which
+// the sync's first transaction wrote) to the counts: each node's own count,
+// and the counts of its children that are bucket keys, read from the file
+// once. The changes are summed per key and applied in key order,
+// pendBatch keys a transaction, each transaction recording the last key it
+// applied (pendMark) with the counts it wrote, so that a write that stops in
+// the middle (an error, a crash) is taken up where it stopped: Sync and the
+// open apply the rest before anything reads the counts. The last
+// transaction also removes the children of the nodes no longer live and the
+// change itself. Every transaction writes the header with the summary of
+// what the file then holds, so the open's check holds after each. Errors: the
+// file could not be written (ErrMirror), or the change, a node's children or
+// a count fails its checksum (ErrMirror; the file is then rebuilt).
+func (m *Mirror) finish(final bool) error {
+	es, from, err := m.pendingChange()
+	if err != nil {
+		m.readErr = err
+		return err
+	}
+	if len(from) > 0 && !m.broken.reapply {
+		i, _ := slices.BinarySearchFunc(es, from, func(e pendEntry, k []byte) int { return bytes.Compare(e.key(), k) })
+		if i < len(es) && bytes.Equal(es[i].key(), from) {
+			i++
+		}
+		es = es[i:]
+	}
+	for batch := 1; ; batch++ {
+		n := min(len(es), pendBatch)
+		last := n == len(es)
+		if err := m.applyPending(es[:n], last, final); err != nil {
+			return err
+		}
+		es = es[n:]
+		if m.broken.afterApply != nil {
+			if err := m.broken.afterApply(batch); err != nil {
+				return err
+			}
+		}
+		if last {
+			m.pending = false
+			return nil
+		}
+	}
+}
+
+// pendBatch is how many keys' counts one transaction of finish writes (a
+// variable for the tests). At most that many count pages are rewritten a
+// transaction, and bbolt holds a buffer for each until its commit.
+var pendBatch = 16384
+
+// pendingChange reads the change of counts the file holds, summed per key
+// and sorted, with the last key already applied (empty: none).
+func (m *Mirror) pendingChange() ([]pendEntry, []byte, error) {
+	var es []pendEntry
+	var from []byte
+	bad := func(what string) error { return fmt.Errorf("%w: %s: %s", ErrMirror, m.path, what) }
+	err := m.db.View(func(tx *bolt.Tx) error {
+		meta, pend, kids := tx.Bucket(mirrorMeta), tx.Bucket(mirrorPend), tx.Bucket(mirrorKids)
+		mark, ok := []byte(nil), false
+		if meta != nil {
+			mark, ok = unseal(meta.Get(pendMark))
+		}
+		if !ok || pend == nil {
+			return bad("an unapplied change's mark fails its checksum")
+		}
+		from = bytes.Clone(mark)
+		add := func(k []byte, d int) {
+			var e pendEntry
+			e.n = uint8(copy(e.k[:], k))
+			e.d = int32(d)
+			es = append(es, e)
+		}
+		return pend.ForEach(func(k, v []byte) error {
+			d, ok := decodeDelta(v)
+			if !ok || packedSize(k) != len(k) {
+				return bad("an unapplied change fails its checksum")
+			}
+			add(k, d)
+			if !isNode(string(k)) {
+				return nil
+			}
+			var body []byte
+			if kids != nil {
+				body, ok = unseal(kids.Get(k))
+			}
+			if !ok {
+				return bad("a changed node's children are missing or fail their checksum")
+			}
+			for len(body) > 0 {
+				n := packedSize(body)
+				switch {
+				case n == 0 || (n == nodeLen && k[1] != nodeRoot):
+					return bad("a node's children do not decode")
+				case n == packedLen:
+					add(body[:n], d)
+				}
+				body = body[n:]
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		if !errors.Is(err, ErrMirror) {
+			err = fmt.Errorf("%w: read %s: %w", ErrMirror, m.path, err)
+		}
+		return nil, nil, err
+	}
+	slices.SortFunc(es, func(a, b pendEntry) int { return bytes.Compare(a.key(), b.key()) })
+	out := es[:0]
+	for _, e := range es {
+		if len(out) > 0 && bytes.Equal(out[len(out)-1].key(), e.key()) {
+			out[len(out)-1].d += e.d
 			continue
 		}
-		m.stats.CountsWritten++
-		if o.was != 0 {
-			m.csum ^= countHash(k, o.was)
-			m.ncounts--
-		}
-		var err error
-		if o.now != 0 && !m.broken.dropCount {
-			err = b.Put([]byte(k), encodeCount(o.now))
-		} else {
-			err = b.Delete([]byte(k))
-		}
-		if o.now != 0 {
-			m.csum ^= countHash(k, o.now)
-			m.ncounts++
-		}
+		out = append(out, e)
+	}
+	return slices.DeleteFunc(out, func(e pendEntry) bool { return e.d == 0 }), from, nil
+}
+
+// applyPending writes the counts of es (sorted) in one transaction with the
+// mark of the last one, or, when last, without the change left to apply: the
+// children of the nodes no longer live and the change itself are removed.
+func (m *Mirror) applyPending(es []pendEntry, last, final bool) error {
+	ncounts, csum, nkids := m.ncounts, m.csum, m.nkids
+	written := m.stats.CountsWritten
+	zeroed := map[string]bool{}
+	err := m.db.Update(func(tx *bolt.Tx) error {
+		bs, err := mirrorBuckets(tx, mirrorMeta, mirrorCounts, mirrorZero, mirrorKids)
 		if err != nil {
 			return err
 		}
+		counts := bs[1]
+		for i := range es {
+			k := es[i].key()
+			n := 0
+			if v := counts.Get(k); v != nil {
+				var ok bool
+				if n, ok = decodeCount(v); !ok {
+					m.readErr = fmt.Errorf("%w: %s: a count fails its checksum", ErrMirror, m.path)
+					return m.readErr
+				}
+			}
+			now := max(n+int(es[i].d), 0) // below 0 cannot happen while the counts are exact
+			if now == n {
+				continue
+			}
+			m.stats.CountsWritten++
+			if n != 0 {
+				m.csum ^= countHash(string(k), n)
+				m.ncounts--
+			}
+			if now != 0 {
+				m.csum ^= countHash(string(k), now)
+				m.ncounts++
+				if !m.broken.dropCount {
+					err = counts.Put(k, encodeCount(now))
+				}
+			} else {
+				err = counts.Delete(k)
+			}
+			if err != nil {
+				return err
+			}
+			if now == 0 && !isNode(string(k)) {
+				key, ok := unpackKey(string(k))
+				if !ok {
+					m.readErr = fmt.Errorf("%w: %s: a counted key %x is neither a node nor a bucket key", ErrMirror, m.path, k)
+					return m.readErr
+				}
+				zeroed[key] = true
+			}
+		}
+		for k := range zeroed {
+			m.zeroed[k] = m.rev
+			m.dirtyZero[k] = true
+		}
+		if err := m.writeZeroed(bs[2]); err != nil {
+			return err
+		}
+		if !last {
+			if err := bs[0].Put(pendMark, sealed(bytes.Clone(es[len(es)-1].key()))); err != nil {
+				return err
+			}
+			return bs[0].Put([]byte("header"), m.headerFor(final))
+		}
+		if pend := tx.Bucket(mirrorPend); pend != nil {
+			kids := bs[3]
+			if err := pend.ForEach(func(k, _ []byte) error {
+				if !isNode(string(k)) || counts.Get(k) != nil || kids.Get(k) == nil {
+					return nil
+				}
+				m.nkids--
+				return kids.Delete(k)
+			}); err != nil {
+				return err
+			}
+			if err := tx.DeleteBucket(mirrorPend); err != nil {
+				return err
+			}
+		}
+		if err := bs[0].Delete(pendMark); err != nil {
+			return err
+		}
+		return bs[0].Put([]byte("header"), m.headerFor(final))
+	})
+	m.dirtyZero = map[string]bool{}
+	if err != nil {
+		m.ncounts, m.csum, m.nkids = ncounts, csum, nkids
+		m.stats.CountsWritten = written
+		if errors.Is(err, ErrMirror) {
+			return err
+		}
+		return fmt.Errorf("%w: write %s: %w", ErrMirror, m.path, err)
 	}
 	return nil
+}
+
+// encodeDelta and decodeDelta encode a key's change of count in the pend
+// bucket (never 0).
+func encodeDelta(d int) []byte { return sealed(binary.AppendVarint(nil, int64(d))) }
+
+func decodeDelta(v []byte) (int, bool) {
+	b, ok := unseal(v)
+	if !ok {
+		return 0, false
+	}
+	d, w := binary.Varint(b)
+	if w <= 0 || w != len(b) || d == 0 || d > 1<<40 || d < -(1<<40) {
+		return 0, false
+	}
+	return int(d), true
 }
 
 // writeBack writes the overlay ov into b in key order (bbolt keeps a
@@ -1533,7 +1830,10 @@ func (m *Mirror) load(verify bool) string {
 			why = "an unfinished sync"
 			return nil
 		}
-		if verify {
+		// A change of counts not applied in full: the open applies it
+		// (finish) and checks the file after.
+		m.pending = meta.Get(pendMark) != nil
+		if verify && !m.pending {
 			why = m.check(tx)
 		}
 		if why != "" {
@@ -1591,7 +1891,7 @@ func (m *Mirror) check(tx *bolt.Tx) string {
 			}
 			ncounts++
 			csum ^= countHash(string(k), n)
-			if _, ok := unpackKey(string(k)); !ok && (!isNode(string(k)) || packedSize(k) != len(k)) {
+			if packedSize(k) != len(k) {
 				return errors.New("a count of neither a node nor a bucket key")
 			}
 			if isNode(string(k)) {
@@ -1610,7 +1910,7 @@ func (m *Mirror) check(tx *bolt.Tx) string {
 	}
 	if kids != nil {
 		if err := kids.ForEach(func(k, v []byte) error {
-			if _, ok := decodeKids(v); !ok || !isNode(string(k)) || len(k) != 2+keys.DigestLen {
+			if !kidsValid(v) || !isNode(string(k)) || len(k) != 2+keys.DigestLen {
 				return errors.New("node checksum")
 			}
 			nkids++

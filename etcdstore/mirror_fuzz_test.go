@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"log/slog"
 	"path/filepath"
 	"slices"
@@ -44,6 +45,9 @@ func FuzzMirrorDecodeKids(f *testing.F) {
 	f.Add(sealed([]byte{5, 'a'}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		ks, ok := decodeKids(b)
+		if kidsValid(b) != ok {
+			t.Fatalf("%x: kidsValid says %v, decodeKids %v", b, !ok, ok)
+		}
 		if !ok {
 			if ks != nil {
 				t.Fatalf("%x: refused, but %q returned", b, ks)
@@ -52,6 +56,24 @@ func FuzzMirrorDecodeKids(f *testing.F) {
 		}
 		if !bytes.Equal(encodeKids(ks), b) {
 			t.Fatalf("%x decodes into %q, which encodes differently", b, ks)
+		}
+	})
+}
+
+// FuzzMirrorDelta: a change of count in the pend bucket decodes only if it
+// is one encodeDelta writes, and then to the change encoded.
+func FuzzMirrorDelta(f *testing.F) {
+	f.Add(encodeDelta(1))
+	f.Add(encodeDelta(-7))
+	f.Add(sealed(binary.AppendVarint(nil, 0)))
+	f.Add([]byte{1, 2, 3})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		d, ok := decodeDelta(b)
+		if !ok {
+			return
+		}
+		if d == 0 || !bytes.Equal(encodeDelta(d), b) {
+			t.Fatalf("%x decodes into %d, which encodes differently", b, d)
 		}
 	})
 }
@@ -91,7 +113,9 @@ func fuzzMirrorStore(prefix string) *Store {
 }
 
 // FuzzMirrorLoad writes a mirror file of one header, one record and one
-// node's children, each from the fuzzer, and that node's count, and opens it: OpenMirror must not
+// node's children, each from the fuzzer, and that node's count (with seal's
+// bit 8, also a change of that count not yet applied, marked as applied up to
+// the record's key with bit 16 or to nothing), and opens it: OpenMirror must not
 // panic or fail (a file it cannot use is discarded and rebuilt); a file it
 // uses must hold what it says: the record count the header gives, every
 // counted node's children, and reopening gives the same state.
@@ -123,6 +147,9 @@ func FuzzMirrorLoad(f *testing.F) {
 	f.Add(byte(0), m.header(), recKey, recVal, kidKey, encodeKids(kids))
 	f.Add(byte(0), sealed([]byte{0, 0, 0, 1}), []byte("k"), sealed(nil), []byte("n"), sealed(nil))
 	f.Add(byte(0), []byte{}, []byte{}, []byte{}, []byte{}, []byte{})
+	f.Add(byte(8), m.header(), recKey, sealed(recVal), kidKey, encodeKids(nil))
+	f.Add(byte(8), m.header(), recKey, sealed(recVal), kidKey, encodeKids([]string{packDigest(packFile, root)}))
+	f.Add(byte(24), m.header(), recKey, sealed(recVal), kidKey, encodeKids([]string{packDigest(packFile, root)}))
 	ctx := context.Background()
 	f.Fuzz(func(t *testing.T, seal byte, header, rk, rv, kk, kv []byte) {
 		if seal&1 != 0 {
@@ -139,20 +166,24 @@ func FuzzMirrorLoad(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fits := func(k []byte) bool { return len(k) > 0 && len(k) <= bolt.MaxKeySize }
 		err = db.Update(func(tx *bolt.Tx) error {
+			if seal&8 != 0 {
+				mark := sealed(nil)
+				if seal&16 != 0 {
+					mark = rk
+				}
+				if err := putIn(tx, mirrorPend, kk, encodeDelta(1)); err != nil {
+					return err
+				}
+				if err := putIn(tx, mirrorMeta, pendMark, mark); err != nil {
+					return err
+				}
+			}
 			for _, e := range []struct {
 				bucket []byte
 				k, v   []byte
 			}{{mirrorMeta, []byte("header"), header}, {mirrorRecs, rk, rv}, {mirrorKids, kk, kv}, {mirrorCounts, kk, encodeCount(1)}} {
-				if !fits(e.k) {
-					continue
-				}
-				b, err := tx.CreateBucketIfNotExists(e.bucket)
-				if err != nil {
-					return err
-				}
-				if err := b.Put(e.k, e.v); err != nil {
+				if err := putIn(tx, e.bucket, e.k, e.v); err != nil {
 					return err
 				}
 			}
@@ -191,4 +222,16 @@ func FuzzMirrorLoad(f *testing.F) {
 				again.Stats().Discarded, again.Revision(), again.Records(), st.Discarded, rev, n)
 		}
 	})
+}
+
+// putIn puts k and v in tx's bucket name, creating it if need be.
+func putIn(tx *bolt.Tx, name, k, v []byte) error {
+	if len(k) == 0 || len(k) > bolt.MaxKeySize {
+		return nil
+	}
+	b, err := tx.CreateBucketIfNotExists(name)
+	if err != nil {
+		return err
+	}
+	return b.Put(k, v)
 }

@@ -1141,3 +1141,127 @@ func copyFile(from, to string) error {
 	}
 	return os.WriteFile(to, b, 0o600)
 }
+
+// A sync writes its change of counts after its records, in batches of
+// pendBatch keys, each transaction marking how far it got. A write that stops
+// after any batch (an error, or a crash: the file as it was then) is taken up
+// where it stopped, by the next sync of the same mirror or by the open of
+// the file; until then the mirror reports every key as referenced and names
+// no candidate. The counts then equal the walk's. A mirror that applies the
+// change from its start again, ignoring the mark, is caught by the full
+// run's comparison.
+func TestMirrorApplyInBatches(t *testing.T) {
+	defer func(n int) { pendBatch = n }(pendBatch)
+	pendBatch = 2
+	b := newMirrorBed(t, 11, mirrorFault{})
+	ctx := b.e.ctx
+	for range 12 {
+		b.step()
+	}
+	if err := b.check(); err != nil {
+		t.Fatal(err)
+	}
+	churn := func() {
+		t.Helper()
+		for i := range 6 {
+			name := fmt.Sprintf("c%d", i%3)
+			th := b.thread(b.small, name)
+			c := b.checkpoint(name, th)
+			if _, err := b.small.Append(ctx, cairn.AppendInput{Checkpoint: c, ExpectedHeadID: c.ParentCheckpointID, Writer: th.w}); err != nil {
+				t.Fatal(err)
+			}
+			th.head = &c
+		}
+		b.step() // may restart the mirror: set its faults after
+	}
+	churn()
+	batches := 0
+	b.m.broken.afterApply = func(n int) error { batches = max(batches, n); return nil }
+	if _, err := b.m.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.check(); err != nil {
+		t.Fatal(err)
+	}
+	if batches < 120 {
+		t.Fatalf("the sync applied its change in %d batches, want at least 120", batches)
+	}
+	// The first batches hold nodes' counts (node ids sort first), the
+	// later ones bucket keys'.
+	for _, stop := range []int{1, 30, 60} {
+		t.Run(fmt.Sprintf("stopped after batch %d", stop), func(t *testing.T) {
+			churn()
+			image := filepath.Join(t.TempDir(), "crashed.db")
+			b.m.broken.afterApply = func(n int) error {
+				if n < stop {
+					return nil
+				}
+				if err := copyFile(b.path, image); err != nil {
+					return err
+				}
+				return errors.New("the disk went away")
+			}
+			_, err := b.m.Sync(ctx)
+			b.m.broken.afterApply = nil
+			if err == nil {
+				t.Skip("the change was applied in fewer batches")
+			}
+			if !b.m.pending {
+				t.Fatalf("the sync's write stopped (%v), and the mirror does not say so", err)
+			}
+			_, mark, err := b.m.pendingChange()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := b.m.Zeroed(); len(got) != 0 {
+				t.Errorf("with a change not applied in full, Zeroed names %d keys, want none", len(got))
+			}
+			if err := b.m.Live(func(cairn.BlobReference) error { return nil }); !errors.Is(err, ErrMirror) {
+				t.Errorf("with a change not applied in full, Live: %v, want ErrMirror", err)
+			}
+			open := func(fault mirrorFault) *Mirror {
+				t.Helper()
+				path := filepath.Join(t.TempDir(), "copy.db")
+				if err := copyFile(image, path); err != nil {
+					t.Fatal(err)
+				}
+				m, err := b.small.openMirror(ctx, path, fault)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { m.Close() })
+				return m
+			}
+			m := open(mirrorFault{})
+			if st := m.Stats(); st.Discarded != "" || st.Rebuilds != 0 {
+				t.Fatalf("the file a crash left in the write: discarded %q", st.Discarded)
+			}
+			if m.pending {
+				t.Fatal("the open left the change unapplied")
+			}
+			if err := b.small.WithMirror(m).Check(ctx); err != nil {
+				t.Errorf("the crash image, opened: %v", err)
+			}
+			if got := m.Stats().ObjectReads; got != 0 {
+				t.Errorf("the crash image's open and sync read %d objects, want 0", got)
+			}
+			t.Run("broken: applies the change from its start again", func(t *testing.T) {
+				if len(mark) == 0 || isNode(string(mark)) {
+					// A node's count applied twice changes no bucket
+					// key's count: the node only stays live longer.
+					t.Skip("the write stopped among the nodes' counts")
+				}
+				m := open(mirrorFault{reapply: true})
+				err := b.small.WithMirror(m).Check(ctx)
+				if err == nil {
+					t.Fatal("the mirror that applies a change twice was not caught")
+				}
+				t.Logf("caught: %v", err)
+			})
+			// The mirror whose write stopped takes it up at its next sync.
+			if err := b.check(); err != nil {
+				t.Errorf("the mirror whose write stopped, synced again: %v", err)
+			}
+		})
+	}
+}
