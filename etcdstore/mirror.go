@@ -19,6 +19,7 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/etcd/client/pkg/v3/fileutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/time/rate"
 
@@ -50,8 +51,12 @@ import (
 type Mirror struct {
 	s    *Store
 	db   *bolt.DB
-	opts *bolt.Options // the file's, to open it again after a compaction
+	opts *bolt.Options // the file's, to open it again (remap, compact)
 	path string
+	// lock is held on path+".lock" while the mirror is open, so that the
+	// file can be closed and opened again (remap, compact) with no other
+	// process taking it in between.
+	lock *fileutil.LockedFile
 	// temp: the file is a temporary one of the mirror's own (OpenMirror with
 	// no path), removed by Close.
 	temp bool
@@ -233,7 +238,7 @@ func (s *Store) openMirror(ctx context.Context, path string, broken mirrorFault)
 		if err != nil {
 			return nil, fmt.Errorf("%w: temporary file: %w", ErrMirror, err)
 		}
-		m.opts = &bolt.Options{NoSync: true, NoFreelistSync: true}
+		m.opts = &bolt.Options{NoSync: true}
 		db, err := bolt.Open(filepath.Join(dir, "mirror.db"), 0o600, m.opts)
 		if err != nil {
 			os.RemoveAll(dir)
@@ -247,6 +252,16 @@ func (s *Store) openMirror(ctx context.Context, path string, broken mirrorFault)
 	if err := os.Remove(path + compactSuffix); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("%w: remove %s: %w", ErrMirror, path+compactSuffix, err)
 	}
+	lock, err := lockMirror(ctx, path+".lock")
+	if err != nil {
+		return nil, err
+	}
+	m.lock = lock
+	defer func() {
+		if m.db == nil {
+			lock.Close()
+		}
+	}()
 	m.opts = &bolt.Options{Timeout: mirrorLockWait}
 	db, err := bolt.Open(path, 0o600, m.opts)
 	if err != nil && !errors.Is(err, bolterrors.ErrTimeout) {
@@ -280,17 +295,72 @@ func (s *Store) openMirror(ctx context.Context, path string, broken mirrorFault)
 		if err := m.db.Update(func(tx *bolt.Tx) error {
 			return clearBuckets(tx)
 		}); err != nil {
-			db.Close()
+			m.db.Close()
+			m.db = nil
 			return nil, fmt.Errorf("%w: clear %s: %w", ErrMirror, path, err)
 		}
 	}
+	// The check read the whole file through the map.
+	if err := m.remap(); err != nil {
+		m.db.Close()
+		m.db = nil
+		return nil, err
+	}
 	return m, nil
+}
+
+// lockMirror locks the file path (creating it), waiting up to
+// mirrorLockWait for another process that holds it. Errors: ErrMirror, or
+// ctx's error.
+func lockMirror(ctx context.Context, path string) (*fileutil.LockedFile, error) {
+	deadline := time.Now().Add(mirrorLockWait)
+	for {
+		l, err := fileutil.TryLockFile(path, os.O_WRONLY|os.O_CREATE, 0o600)
+		if err == nil {
+			return l, nil
+		}
+		if !errors.Is(err, fileutil.ErrLocked) {
+			return nil, fmt.Errorf("%w: lock %s: %w", ErrMirror, path, err)
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%w: %s is held by another process", ErrMirror, path)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// remap closes the file and opens it again, so that the pages a step read
+// or wrote through bbolt's map of the file stop counting in the process's
+// resident memory (they stay in the kernel's page cache): a sweeper's
+// resident memory then follows what one step reads (a batch of counts, a
+// page of Live), not the file's size. The lock file keeps other processes
+// out meanwhile. No transaction may be open. Errors: ErrMirror.
+func (m *Mirror) remap() error {
+	path := m.db.Path()
+	if err := m.db.Close(); err != nil {
+		return fmt.Errorf("%w: close %s: %w", ErrMirror, path, err)
+	}
+	db, err := bolt.Open(path, 0o600, m.opts)
+	if err != nil {
+		return fmt.Errorf("%w: open %s again: %w", ErrMirror, path, err)
+	}
+	m.db = db
+	return nil
 }
 
 // Close closes the mirror's file (and removes it if it is the mirror's own
 // temporary file).
 func (m *Mirror) Close() error {
 	err := m.db.Close()
+	if m.lock != nil {
+		if lerr := m.lock.Close(); err == nil {
+			err = lerr
+		}
+	}
 	if m.temp {
 		if rerr := os.RemoveAll(m.path); err == nil {
 			err = rerr
@@ -449,7 +519,12 @@ func (m *Mirror) Live(fn func(cairn.BlobReference) error) error {
 		return fmt.Errorf("%w: %s: a change of counts is not applied in full; the next sync applies it", ErrMirror, m.path)
 	}
 	from := []byte{1} // node ids start with 0; bucket keys after them
-	for {
+	for pages := 1; ; pages++ {
+		if pages%liveRemap == 0 {
+			if err := m.remap(); err != nil {
+				return err
+			}
+		}
 		var page []cairn.BlobReference
 		var next []byte
 		err := m.db.View(func(tx *bolt.Tx) error {
@@ -490,8 +565,12 @@ func (m *Mirror) Live(fn func(cairn.BlobReference) error) error {
 	}
 }
 
-// livePage is how many counts Live reads in one transaction.
-const livePage = 4096
+// livePage is how many counts Live reads in one transaction; it opens the
+// file again (remap) every liveRemap pages.
+const (
+	livePage  = 4096
+	liveRemap = 16
+)
 
 // Referenced reports whether the mirror counts key as referenced.
 func (m *Mirror) Referenced(key string) bool { return m.Count(key) > 0 }
@@ -1019,6 +1098,9 @@ func (m *Mirror) Sync(ctx context.Context) (int64, error) {
 	if err := m.persist(true); err != nil {
 		return m.abandon(err)
 	}
+	if err := m.remap(); err != nil {
+		return m.rev, err
+	}
 	if m.flushed {
 		m.flushed = false
 		if err := m.compact(); errors.Is(err, ErrMirror) {
@@ -1045,7 +1127,9 @@ const compactSuffix = ".compact"
 func (m *Mirror) compact() error {
 	path := m.db.Path()
 	tmp := path + compactSuffix
-	dst, err := bolt.Open(tmp, 0o600, &bolt.Options{NoSync: true, NoFreelistSync: true})
+	// The copy's free list is written, so that opening it does not scan
+	// every page for free ones (remap opens the file often).
+	dst, err := bolt.Open(tmp, 0o600, &bolt.Options{NoSync: true})
 	if err != nil {
 		return err
 	}
@@ -1512,6 +1596,9 @@ func (m *Mirror) finish(final bool) error {
 		m.readErr = err
 		return err
 	}
+	if err := m.remap(); err != nil {
+		return err
+	}
 	if len(from) > 0 && !m.broken.reapply {
 		i, _ := slices.BinarySearchFunc(es, from, func(e pendEntry, k []byte) int { return bytes.Compare(e.key(), k) })
 		if i < len(es) && bytes.Equal(es[i].key(), from) {
@@ -1523,6 +1610,9 @@ func (m *Mirror) finish(final bool) error {
 		n := min(len(es), pendBatch)
 		last := n == len(es)
 		if err := m.applyPending(es[:n], last, final); err != nil {
+			return err
+		}
+		if err := m.remap(); err != nil {
 			return err
 		}
 		es = es[n:]

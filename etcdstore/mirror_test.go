@@ -1,6 +1,7 @@
 package etcdstore
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -1263,5 +1264,40 @@ func TestMirrorApplyInBatches(t *testing.T) {
 				t.Errorf("the mirror whose write stopped, synced again: %v", err)
 			}
 		})
+	}
+}
+
+// The mirror's file is its process's while it is open, also across the
+// closes and opens of a sync (remap): a second open waits, and fails when
+// its context ends; once the first is closed, it opens.
+func TestMirrorFileLocked(t *testing.T) {
+	b := newMirrorBed(t, 13, mirrorFault{})
+	for range 6 {
+		b.step()
+	}
+	if err := b.check(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(b.e.ctx, 300*time.Millisecond)
+	defer cancel()
+	if m, err := b.small.OpenMirror(ctx, b.path); !errors.Is(err, context.DeadlineExceeded) {
+		if err == nil {
+			m.Close()
+		}
+		t.Fatalf("a second open of a mirror's file: %v, want the context's deadline", err)
+	}
+	if err := b.m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m, err := b.small.OpenMirror(b.e.ctx, b.path)
+	if err != nil {
+		t.Fatalf("the open after the first mirror closed: %v", err)
+	}
+	b.m = m
+	if st := m.Stats(); st.Discarded != "" {
+		t.Fatalf("reopened: discarded %q", st.Discarded)
+	}
+	if err := b.check(); err != nil {
+		t.Fatal(err)
 	}
 }
