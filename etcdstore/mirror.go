@@ -1923,12 +1923,6 @@ func (m *Mirror) load(verify bool) string {
 		// A change of counts not applied in full: the open applies it
 		// (finish) and checks the file after.
 		m.pending = meta.Get(pendMark) != nil
-		if verify && !m.pending {
-			why = m.check(tx)
-		}
-		if why != "" {
-			return nil
-		}
 		if zero := tx.Bucket(mirrorZero); zero != nil {
 			if err := zero.ForEach(func(k, v []byte) error {
 				b, ok := unseal(v)
@@ -1946,68 +1940,108 @@ func (m *Mirror) load(verify bool) string {
 	if err != nil {
 		return err.Error()
 	}
+	if why == "" && verify && !m.pending {
+		why = m.check()
+	}
 	return why
 }
 
+// scan calls fn for every entry of the file's bucket name, in key order, in
+// read transactions of about scanBytes of keys and values each, opening the
+// file again (remap) between them: a pass over the whole file keeps no more
+// of it mapped than that. Nothing may write the file meanwhile. Errors: fn's,
+// or ErrMirror.
+func (m *Mirror) scan(name []byte, fn func(tx *bolt.Tx, k, v []byte) error) error {
+	var from []byte
+	for {
+		var next []byte
+		err := m.db.View(func(tx *bolt.Tx) error {
+			b := tx.Bucket(name)
+			if b == nil {
+				return nil
+			}
+			c := b.Cursor()
+			k, v := c.First()
+			if from != nil {
+				k, v = c.Seek(from)
+			}
+			for n := 0; k != nil; k, v = c.Next() {
+				if n >= scanBytes {
+					next = bytes.Clone(k)
+					return nil
+				}
+				if err := fn(tx, k, v); err != nil {
+					return err
+				}
+				n += len(k) + len(v)
+			}
+			return nil
+		})
+		if err != nil || next == nil {
+			return err
+		}
+		if err := m.remap(); err != nil {
+			return err
+		}
+		from = next
+	}
+}
+
+// scanBytes is about how much of the file scan reads in one transaction.
+const scanBytes = 16 << 20
+
 // check streams the records, counts and children of the file against the
 // header (see load).
-func (m *Mirror) check(tx *bolt.Tx) string {
+func (m *Mirror) check() string {
 	var nrecs, rsum, ncounts, csum, nkids, nodes uint64
-	recs, counts, kids := tx.Bucket(mirrorRecs), tx.Bucket(mirrorCounts), tx.Bucket(mirrorKids)
-	if recs != nil {
-		if err := recs.ForEach(func(k, v []byte) error {
-			body, ok := unseal(v)
-			if !ok {
-				return errors.New("record checksum")
-			}
-			if _, err := m.edges(string(k), body); err != nil {
-				return err
-			}
-			nrecs++
-			rsum ^= recHash(string(k), body)
-			return nil
-		}); err != nil {
-			return err.Error()
+	if err := m.scan(mirrorRecs, func(_ *bolt.Tx, k, v []byte) error {
+		body, ok := unseal(v)
+		if !ok {
+			return errors.New("record checksum")
 		}
+		if _, err := m.edges(string(k), body); err != nil {
+			return err
+		}
+		nrecs++
+		rsum ^= recHash(string(k), body)
+		return nil
+	}); err != nil {
+		return err.Error()
 	}
 	if nrecs != m.nrecs || rsum != m.rsum {
 		return fmt.Sprintf("records truncated or changed (%d of %d)", nrecs, m.nrecs)
 	}
-	if counts != nil {
-		if err := counts.ForEach(func(k, v []byte) error {
-			n, ok := decodeCount(v)
-			if !ok && !m.broken.trustCounts {
-				return errors.New("count checksum")
-			}
-			ncounts++
-			csum ^= countHash(string(k), n)
-			if packedSize(k) != len(k) {
-				return errors.New("a count of neither a node nor a bucket key")
-			}
-			if isNode(string(k)) {
-				nodes++
-				if kids == nil || kids.Get(k) == nil {
-					return errors.New("a live node's objects are missing")
-				}
-			}
-			return nil
-		}); err != nil {
-			return err.Error()
+	if err := m.scan(mirrorCounts, func(tx *bolt.Tx, k, v []byte) error {
+		n, ok := decodeCount(v)
+		if !ok && !m.broken.trustCounts {
+			return errors.New("count checksum")
 		}
+		ncounts++
+		csum ^= countHash(string(k), n)
+		if packedSize(k) != len(k) {
+			return errors.New("a count of neither a node nor a bucket key")
+		}
+		if isNode(string(k)) {
+			nodes++
+			if kids := tx.Bucket(mirrorKids); kids == nil || kids.Get(k) == nil {
+				return errors.New("a live node's objects are missing")
+			}
+		}
+		return nil
+	}); err != nil {
+		return err.Error()
 	}
 	if (ncounts != m.ncounts || csum != m.csum) && !m.broken.trustCounts {
 		return fmt.Sprintf("counts truncated or changed (%d of %d)", ncounts, m.ncounts)
 	}
-	if kids != nil {
-		if err := kids.ForEach(func(k, v []byte) error {
-			if !kidsValid(v) || !isNode(string(k)) || len(k) != 2+keys.DigestLen {
-				return errors.New("node checksum")
-			}
-			nkids++
-			return nil
-		}); err != nil {
-			return err.Error()
+	if err := m.scan(mirrorKids, func(_ *bolt.Tx, k, v []byte) error {
+		if !kidsValid(v) || !isNode(string(k)) || len(k) != 2+keys.DigestLen {
+			return errors.New("node checksum")
 		}
+		nkids++
+		return nil
+	}); err != nil {
+		return err.Error()
 	}
 	if nkids != m.nkids || nkids != nodes {
 		return fmt.Sprintf("a node without a count (%d nodes with children, %d counted, %d written)", nkids, nodes, m.nkids)
