@@ -92,6 +92,7 @@ type Mirror struct {
 	// it, Count reports every key as referenced and Live fails.
 	pending bool
 	rtx     *bolt.Tx // a read transaction held during a sync
+	looks   int      // lookups through rtx since it began (reread)
 	readErr error    // a value in the file failed its checksum after open
 	// parts are where the reference chunks of the roots read in this sync
 	// are (see read).
@@ -476,6 +477,7 @@ func (m *Mirror) look(b []byte, k string) ([]byte, bool) {
 		return nil
 	}
 	if m.rtx != nil {
+		m.looks++
 		_ = get(m.rtx)
 	} else if err := m.db.View(get); err != nil {
 		m.readErr = fmt.Errorf("%w: read %s: %w", ErrMirror, m.path, err)
@@ -984,6 +986,9 @@ func (m *Mirror) applyRecords(ctx context.Context, ch change, recs []string) err
 		var freshBy []int
 		// In key order: the file's lookups then walk its pages in order.
 		for _, k := range slices.Sorted(maps.Keys(delta)) {
+			if err := m.reread(); err != nil {
+				return err
+			}
 			d := delta[k]
 			if d == 0 {
 				continue
@@ -1192,12 +1197,38 @@ func (m *Mirror) abandon(err error) (int64, error) {
 	return m.rev, err
 }
 
+// reread ends the sync's read transaction and begins another on the file
+// opened again (remap) once the sync has looked up lookRemap keys through
+// it: the pages those lookups reached stop counting in the sweeper's
+// resident memory. Nothing writes the file during the lookups, so the new
+// transaction reads what the old one did. Errors: ErrMirror.
+func (m *Mirror) reread() error {
+	if m.rtx == nil || m.looks < lookRemap {
+		return nil
+	}
+	m.endRead()
+	if err := m.remap(); err != nil {
+		return err
+	}
+	rtx, err := m.db.Begin(false)
+	if err != nil {
+		return fmt.Errorf("%w: read %s: %w", ErrMirror, m.path, err)
+	}
+	m.rtx = rtx
+	return nil
+}
+
+// lookRemap is how many lookups a sync makes through one read transaction
+// (reread; a variable for the tests).
+var lookRemap = 4096
+
 // endRead ends the sync's read transaction, if any.
 func (m *Mirror) endRead() {
 	if m.rtx != nil {
 		_ = m.rtx.Rollback()
 		m.rtx = nil
 	}
+	m.looks = 0
 }
 
 // current returns the store's current revision and cluster id, from a read of
@@ -1640,50 +1671,53 @@ func (m *Mirror) pendingChange() ([]pendEntry, []byte, error) {
 	var from []byte
 	bad := func(what string) error { return fmt.Errorf("%w: %s: %s", ErrMirror, m.path, what) }
 	err := m.db.View(func(tx *bolt.Tx) error {
-		meta, pend, kids := tx.Bucket(mirrorMeta), tx.Bucket(mirrorPend), tx.Bucket(mirrorKids)
 		mark, ok := []byte(nil), false
-		if meta != nil {
+		if meta := tx.Bucket(mirrorMeta); meta != nil {
 			mark, ok = unseal(meta.Get(pendMark))
 		}
-		if !ok || pend == nil {
+		if !ok || tx.Bucket(mirrorPend) == nil {
 			return bad("an unapplied change's mark fails its checksum")
 		}
 		from = bytes.Clone(mark)
-		add := func(k []byte, d int) {
-			var e pendEntry
-			e.n = uint8(copy(e.k[:], k))
-			e.d = int32(d)
-			es = append(es, e)
-		}
-		return pend.ForEach(func(k, v []byte) error {
+		return nil
+	})
+	add := func(k []byte, d int) {
+		var e pendEntry
+		e.n = uint8(copy(e.k[:], k))
+		e.d = int32(d)
+		es = append(es, e)
+	}
+	if err == nil {
+		err = m.scan(mirrorPend, func(tx *bolt.Tx, k, v []byte) (int, error) {
 			d, ok := decodeDelta(v)
 			if !ok || packedSize(k) != len(k) {
-				return bad("an unapplied change fails its checksum")
+				return 0, bad("an unapplied change fails its checksum")
 			}
 			add(k, d)
 			if !isNode(string(k)) {
-				return nil
+				return 0, nil
 			}
 			var body []byte
-			if kids != nil {
+			if kids := tx.Bucket(mirrorKids); kids != nil {
 				body, ok = unseal(kids.Get(k))
 			}
 			if !ok {
-				return bad("a changed node's children are missing or fail their checksum")
+				return 0, bad("a changed node's children are missing or fail their checksum")
 			}
+			read := max(len(body), pageBytes)
 			for len(body) > 0 {
 				n := packedSize(body)
 				switch {
 				case n == 0 || (n == nodeLen && k[1] != nodeRoot):
-					return bad("a node's children do not decode")
+					return 0, bad("a node's children do not decode")
 				case n == packedLen:
 					add(body[:n], d)
 				}
 				body = body[n:]
 			}
-			return nil
+			return read, nil
 		})
-	})
+	}
 	if err != nil {
 		if !errors.Is(err, ErrMirror) {
 			err = fmt.Errorf("%w: read %s: %w", ErrMirror, m.path, err)
@@ -1947,11 +1981,11 @@ func (m *Mirror) load(verify bool) string {
 }
 
 // scan calls fn for every entry of the file's bucket name, in key order, in
-// read transactions of about scanBytes of keys and values each, opening the
-// file again (remap) between them: a pass over the whole file keeps no more
-// of it mapped than that. Nothing may write the file meanwhile. Errors: fn's,
-// or ErrMirror.
-func (m *Mirror) scan(name []byte, fn func(tx *bolt.Tx, k, v []byte) error) error {
+// read transactions of about scanBytes each (the entries' keys and values,
+// and what fn says it read besides), opening the file again (remap) between
+// them: a pass over the whole file keeps no more of it mapped than that.
+// Nothing may write the file meanwhile. Errors: fn's, or ErrMirror.
+func (m *Mirror) scan(name []byte, fn func(tx *bolt.Tx, k, v []byte) (int, error)) error {
 	var from []byte
 	for {
 		var next []byte
@@ -1970,10 +2004,11 @@ func (m *Mirror) scan(name []byte, fn func(tx *bolt.Tx, k, v []byte) error) erro
 					next = bytes.Clone(k)
 					return nil
 				}
-				if err := fn(tx, k, v); err != nil {
+				more, err := fn(tx, k, v)
+				if err != nil {
 					return err
 				}
-				n += len(k) + len(v)
+				n += len(k) + len(v) + more
 			}
 			return nil
 		})
@@ -1987,59 +2022,64 @@ func (m *Mirror) scan(name []byte, fn func(tx *bolt.Tx, k, v []byte) error) erro
 	}
 }
 
-// scanBytes is about how much of the file scan reads in one transaction.
-const scanBytes = 16 << 20
+// scanBytes is about how much of the file scan reads in one transaction (a
+// variable for the tests); pageBytes is what a lookup elsewhere in the file
+// is taken to read (a page).
+var scanBytes = 16 << 20
+
+const pageBytes = 4096
 
 // check streams the records, counts and children of the file against the
 // header (see load).
 func (m *Mirror) check() string {
 	var nrecs, rsum, ncounts, csum, nkids, nodes uint64
-	if err := m.scan(mirrorRecs, func(_ *bolt.Tx, k, v []byte) error {
+	if err := m.scan(mirrorRecs, func(_ *bolt.Tx, k, v []byte) (int, error) {
 		body, ok := unseal(v)
 		if !ok {
-			return errors.New("record checksum")
+			return 0, errors.New("record checksum")
 		}
 		if _, err := m.edges(string(k), body); err != nil {
-			return err
+			return 0, err
 		}
 		nrecs++
 		rsum ^= recHash(string(k), body)
-		return nil
+		return 0, nil
 	}); err != nil {
 		return err.Error()
 	}
 	if nrecs != m.nrecs || rsum != m.rsum {
 		return fmt.Sprintf("records truncated or changed (%d of %d)", nrecs, m.nrecs)
 	}
-	if err := m.scan(mirrorCounts, func(tx *bolt.Tx, k, v []byte) error {
+	if err := m.scan(mirrorCounts, func(tx *bolt.Tx, k, v []byte) (int, error) {
 		n, ok := decodeCount(v)
 		if !ok && !m.broken.trustCounts {
-			return errors.New("count checksum")
+			return 0, errors.New("count checksum")
 		}
 		ncounts++
 		csum ^= countHash(string(k), n)
 		if packedSize(k) != len(k) {
-			return errors.New("a count of neither a node nor a bucket key")
+			return 0, errors.New("a count of neither a node nor a bucket key")
 		}
-		if isNode(string(k)) {
-			nodes++
-			if kids := tx.Bucket(mirrorKids); kids == nil || kids.Get(k) == nil {
-				return errors.New("a live node's objects are missing")
-			}
+		if !isNode(string(k)) {
+			return 0, nil
 		}
-		return nil
+		nodes++
+		if kids := tx.Bucket(mirrorKids); kids == nil || kids.Get(k) == nil {
+			return 0, errors.New("a live node's objects are missing")
+		}
+		return pageBytes, nil
 	}); err != nil {
 		return err.Error()
 	}
 	if (ncounts != m.ncounts || csum != m.csum) && !m.broken.trustCounts {
 		return fmt.Sprintf("counts truncated or changed (%d of %d)", ncounts, m.ncounts)
 	}
-	if err := m.scan(mirrorKids, func(_ *bolt.Tx, k, v []byte) error {
+	if err := m.scan(mirrorKids, func(_ *bolt.Tx, k, v []byte) (int, error) {
 		if !kidsValid(v) || !isNode(string(k)) || len(k) != 2+keys.DigestLen {
-			return errors.New("node checksum")
+			return 0, errors.New("node checksum")
 		}
 		nkids++
-		return nil
+		return 0, nil
 	}); err != nil {
 		return err.Error()
 	}

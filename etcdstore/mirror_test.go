@@ -386,6 +386,15 @@ func TestMirrorDifferential(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	// Counts applied a few keys a transaction, the file read a few entries
+	// a transaction and opened again between, and lookups a few at a time.
+	t.Run("small steps", func(t *testing.T) {
+		defer func(p, b, l int) { pendBatch, scanBytes, lookRemap = p, b, l }(pendBatch, scanBytes, lookRemap)
+		pendBatch, scanBytes, lookRemap = 3, 200, 2
+		if err := runDifferential(t, 4, steps, mirrorFault{}); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // TestMirrorDifferentialCatchesBroken runs the differential test against
