@@ -176,9 +176,10 @@ type mirrorFault struct {
 	// batch, with the file's path; its error fails the sync there.
 	afterFlush func(path string) error
 	// afterApply, when set, is called after each transaction that applies
-	// a batch of a sync's change of counts (finish), with the batch's
-	// number from 1; its error fails the write there, as a crash would.
-	afterApply func(n int) error
+	// a batch of a sync's change of counts, or removes a batch of it
+	// (finish), but the last, with the transaction's number from 1; its
+	// error fails the write there, as a crash would.
+	afterApply func(n int, removing bool) error
 	// reapply applies an unfinished change of counts from its start again,
 	// ignoring how far the file says it was applied.
 	reapply bool
@@ -1637,7 +1638,9 @@ func (m *Mirror) finish(final bool) error {
 		}
 		es = es[i:]
 	}
-	for batch := 1; ; batch++ {
+	batch := 0
+	for {
+		batch++
 		n := min(len(es), pendBatch)
 		last := n == len(es)
 		if err := m.applyPending(es[:n], last, final); err != nil {
@@ -1648,13 +1651,80 @@ func (m *Mirror) finish(final bool) error {
 		}
 		es = es[n:]
 		if m.broken.afterApply != nil {
-			if err := m.broken.afterApply(batch); err != nil {
+			if err := m.broken.afterApply(batch, false); err != nil {
 				return err
 			}
 		}
 		if last {
+			break
+		}
+	}
+	return m.removePending(final, batch)
+}
+
+// pendApplied is the mark of a change whose counts are all applied: it
+// sorts after every packed key and node id.
+var pendApplied = []byte{0xff}
+
+// removePending removes the change of counts once every count is applied,
+// pendBatch entries a transaction: the children of each node it takes to
+// zero (kept until then, since the expansion reads them), then the entry. The
+// last transaction removes the change's bucket and mark. A removal that
+// stops in the middle is taken up where it stopped, like the counts.
+// Errors: ErrMirror.
+func (m *Mirror) removePending(final bool, batch int) error {
+	for {
+		batch++
+		done := false
+		nkids := m.nkids
+		err := m.db.Update(func(tx *bolt.Tx) error {
+			bs, err := mirrorBuckets(tx, mirrorMeta, mirrorCounts, mirrorKids, mirrorPend)
+			if err != nil {
+				return err
+			}
+			counts, kids, pend := bs[1], bs[2], bs[3]
+			var ks [][]byte
+			c := pend.Cursor()
+			for k, _ := c.First(); k != nil && len(ks) < pendBatch; k, _ = c.Next() {
+				ks = append(ks, bytes.Clone(k))
+			}
+			for _, k := range ks {
+				if isNode(string(k)) && counts.Get(k) == nil && kids.Get(k) != nil {
+					m.nkids--
+					if err := kids.Delete(k); err != nil {
+						return err
+					}
+				}
+				if err := pend.Delete(k); err != nil {
+					return err
+				}
+			}
+			if len(ks) < pendBatch {
+				done = true
+				if err := tx.DeleteBucket(mirrorPend); err != nil {
+					return err
+				}
+				if err := bs[0].Delete(pendMark); err != nil {
+					return err
+				}
+			}
+			return bs[0].Put([]byte("header"), m.headerFor(final))
+		})
+		if err != nil {
+			m.nkids = nkids
+			return fmt.Errorf("%w: write %s: %w", ErrMirror, m.path, err)
+		}
+		if err := m.remap(); err != nil {
+			return err
+		}
+		if done {
 			m.pending = false
 			return nil
+		}
+		if m.broken.afterApply != nil {
+			if err := m.broken.afterApply(batch, true); err != nil {
+				return err
+			}
 		}
 	}
 }
@@ -1681,6 +1751,9 @@ func (m *Mirror) pendingChange() ([]pendEntry, []byte, error) {
 		from = bytes.Clone(mark)
 		return nil
 	})
+	if err == nil && bytes.Equal(from, pendApplied) {
+		return nil, from, nil // every count applied: only the removal is left
+	}
 	add := func(k []byte, d int) {
 		var e pendEntry
 		e.n = uint8(copy(e.k[:], k))
@@ -1737,9 +1810,12 @@ func (m *Mirror) pendingChange() ([]pendEntry, []byte, error) {
 }
 
 // applyPending writes the counts of es (sorted) in one transaction with the
-// mark of the last one, or, when last, without the change left to apply: the
-// children of the nodes no longer live and the change itself are removed.
+// mark of the last one, or, when last, the mark that every count is applied
+// (pendApplied).
 func (m *Mirror) applyPending(es []pendEntry, last, final bool) error {
+	if len(es) == 0 && !last {
+		return nil
+	}
 	ncounts, csum, nkids := m.ncounts, m.csum, m.nkids
 	written := m.stats.CountsWritten
 	zeroed := map[string]bool{}
@@ -1796,28 +1872,11 @@ func (m *Mirror) applyPending(es []pendEntry, last, final bool) error {
 		if err := m.writeZeroed(bs[2]); err != nil {
 			return err
 		}
+		mark := pendApplied
 		if !last {
-			if err := bs[0].Put(pendMark, sealed(bytes.Clone(es[len(es)-1].key()))); err != nil {
-				return err
-			}
-			return bs[0].Put([]byte("header"), m.headerFor(final))
+			mark = bytes.Clone(es[len(es)-1].key())
 		}
-		if pend := tx.Bucket(mirrorPend); pend != nil {
-			kids := bs[3]
-			if err := pend.ForEach(func(k, _ []byte) error {
-				if !isNode(string(k)) || counts.Get(k) != nil || kids.Get(k) == nil {
-					return nil
-				}
-				m.nkids--
-				return kids.Delete(k)
-			}); err != nil {
-				return err
-			}
-			if err := tx.DeleteBucket(mirrorPend); err != nil {
-				return err
-			}
-		}
-		if err := bs[0].Delete(pendMark); err != nil {
+		if err := bs[0].Put(pendMark, sealed(mark)); err != nil {
 			return err
 		}
 		return bs[0].Put([]byte("header"), m.headerFor(final))
