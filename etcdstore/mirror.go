@@ -91,6 +91,9 @@ type Mirror struct {
 	// (a write that failed in the middle, or a crash): until finish applies
 	// it, Count reports every key as referenced and Live fails.
 	pending bool
+	// ahead: the file holds children written ahead of a change that was
+	// not written (writeAhead); the next sync or open removes them.
+	ahead   bool
 	rtx     *bolt.Tx // a read transaction held during a sync
 	looks   int      // lookups through rtx since it began (reread)
 	readErr error    // a value in the file failed its checksum after open
@@ -172,6 +175,9 @@ type mirrorFault struct {
 	// trustUnfinished loads a file an unfinished sync left (revision 0 with
 	// content) as if it were finished.
 	trustUnfinished bool
+	// afterAhead, when set, is called after each transaction of
+	// writeAhead, with its number from 1; its error fails the write there.
+	afterAhead func(n int) error
 	// afterFlush, when set, is called after each write of a cold build's
 	// batch, with the file's path; its error fails the sync there.
 	afterFlush func(path string) error
@@ -207,6 +213,7 @@ var (
 	mirrorZero   = []byte("zero")
 	mirrorCounts = []byte("counts")
 	mirrorPend   = []byte("pend")
+	mirrorAhead  = []byte("ahead")
 	// pendMark, in the meta bucket while the file holds a change of counts
 	// not applied in full, is the last key applied (empty: none yet).
 	pendMark   = []byte("pend")
@@ -280,11 +287,19 @@ func (s *Store) openMirror(ctx context.Context, path string, broken mirrorFault)
 	}
 	m.db = db
 	why := m.load(true)
-	if why == "" && m.pending {
-		// A sync's change of counts not applied in full (a crash in its
-		// write): applied now, then the file is checked.
-		if err := m.finish(true); err != nil {
-			why = "an unapplied change of counts: " + err.Error()
+	if why == "" && (m.ahead || m.pending) {
+		// A sync's write that stopped (a crash): children written ahead
+		// of a change not written are removed, and a change of counts
+		// not applied in full is applied; then the file is checked.
+		var err error
+		if m.ahead {
+			err = m.dropAhead()
+		}
+		if err == nil && m.pending {
+			err = m.finish(true)
+		}
+		if err != nil {
+			why = "an unfinished write: " + err.Error()
 		} else {
 			m.reset()
 			why = m.load(true)
@@ -373,7 +388,7 @@ func (m *Mirror) Close() error {
 
 // clearBuckets deletes every bucket of the file.
 func clearBuckets(tx *bolt.Tx) error {
-	for _, b := range [][]byte{mirrorMeta, mirrorRecs, mirrorKids, mirrorCounts, mirrorZero, mirrorPend} {
+	for _, b := range [][]byte{mirrorMeta, mirrorRecs, mirrorKids, mirrorCounts, mirrorZero, mirrorPend, mirrorAhead} {
 		if tx.Bucket(b) != nil {
 			if err := tx.DeleteBucket(b); err != nil {
 				return err
@@ -422,7 +437,7 @@ func (m *Mirror) writeHeader(clear bool) error {
 
 func (m *Mirror) reset() {
 	m.rev, m.cluster, m.gap, m.listed = 0, 0, 0, 0
-	m.flushed, m.pending = false, false
+	m.flushed, m.pending, m.ahead = false, false, false
 	m.nrecs, m.rsum, m.ncounts, m.csum, m.nkids = 0, 0, 0, 0, 0
 	m.clearOverlay()
 	m.zeroed = map[string]int64{}
@@ -1070,6 +1085,12 @@ func (m *Mirror) Sync(ctx context.Context) (int64, error) {
 		}
 	}
 	m.cluster = cluster
+	if m.ahead {
+		// The last sync's write stopped before its change.
+		if err := m.dropAhead(); err != nil {
+			return m.abandon(err)
+		}
+	}
 	if m.pending {
 		// The last sync's change of counts is not applied in full.
 		if err := m.finish(true); err != nil {
@@ -1508,13 +1529,24 @@ func decodeKidsBody(b []byte) ([]string, bool) {
 // each transaction writes. With final false the headers written say that
 // the file is unfinished (a cold build's batch).
 func (m *Mirror) persist(final bool) error {
+	ahead, err := m.writeAhead()
+	if err != nil {
+		return err
+	}
 	nrecs, rsum, nkids := m.nrecs, m.rsum, m.nkids
 	pend := false
-	err := m.db.Update(func(tx *bolt.Tx) error {
+	err = m.db.Update(func(tx *bolt.Tx) error {
 		bs, err := mirrorBuckets(tx, mirrorMeta, mirrorRecs, mirrorKids, mirrorZero, mirrorPend)
 		if err != nil {
 			return err
 		}
+		// The children written ahead are the new nodes': counted from now.
+		if tx.Bucket(mirrorAhead) != nil {
+			if err := tx.DeleteBucket(mirrorAhead); err != nil {
+				return err
+			}
+		}
+		m.nkids += uint64(ahead)
 		err = writeBack(bs[1], m.ovRecs, func(k string, old []byte) {
 			if body, ok := unseal(old); ok {
 				m.rsum ^= recHash(k, body)
@@ -1527,16 +1559,6 @@ func (m *Mirror) persist(final bool) error {
 			m.rsum ^= recHash(k, o.v)
 			m.nrecs++
 			return sealed(o.v), true
-		})
-		if err != nil {
-			return err
-		}
-		err = writeBack(bs[2], m.ovKids, func(string, []byte) { m.nkids-- }, func(_ string, o ovKids) ([]byte, bool) {
-			if !o.ok {
-				return nil, false
-			}
-			m.nkids++
-			return encodeKids(o.ks), true
 		})
 		if err != nil {
 			return err
@@ -1564,12 +1586,113 @@ func (m *Mirror) persist(final bool) error {
 		m.nrecs, m.rsum, m.nkids = nrecs, rsum, nkids
 		return fmt.Errorf("%w: write %s: %w", ErrMirror, m.path, err)
 	}
+	m.ahead = false
 	m.clearOverlay()
 	if !pend {
 		return nil
 	}
 	m.pending = true
 	return m.finish(final)
+}
+
+// writeAhead writes the children of the nodes the sync made live before the
+// sync's change, kidsBatch nodes a transaction, listing each node in the
+// bucket ahead, and returns how many it wrote. The change's transaction
+// adopts them (counts them in the header and removes the list); a write that
+// stops before it leaves them listed, and the next sync or open removes them
+// (dropAhead). When a sync makes many nodes live their children are many
+// pages' worth, spread over the bucket: in the change's one transaction,
+// bbolt would hold all those pages at once. Errors: ErrMirror.
+func (m *Mirror) writeAhead() (int, error) {
+	ks := slices.Sorted(maps.Keys(m.ovKids))
+	n := 0
+	for len(ks) > 0 {
+		b := min(len(ks), kidsBatch)
+		m.ahead = true
+		err := m.db.Update(func(tx *bolt.Tx) error {
+			bs, err := mirrorBuckets(tx, mirrorKids, mirrorAhead)
+			if err != nil {
+				return err
+			}
+			for _, k := range ks[:b] {
+				if err := bs[0].Put([]byte(k), encodeKids(m.ovKids[k].ks)); err != nil {
+					return err
+				}
+				if err := bs[1].Put([]byte(k), sealed(nil)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return n, fmt.Errorf("%w: write %s: %w", ErrMirror, m.path, err)
+		}
+		if err := m.remap(); err != nil {
+			return n, err
+		}
+		n += b
+		ks = ks[b:]
+		if m.broken.afterAhead != nil {
+			if err := m.broken.afterAhead(n / kidsBatch); err != nil {
+				return n, err
+			}
+		}
+	}
+	return n, nil
+}
+
+// kidsBatch is how many nodes' children one transaction of writeAhead or
+// dropAhead writes or removes (a variable for the tests).
+var kidsBatch = 2048
+
+// dropAhead removes the children written ahead of a change that was not
+// written (writeAhead), kidsBatch nodes a transaction. Errors: ErrMirror.
+func (m *Mirror) dropAhead() error {
+	for {
+		done := false
+		nkids := m.nkids
+		err := m.db.Update(func(tx *bolt.Tx) error {
+			ahead := tx.Bucket(mirrorAhead)
+			if ahead == nil {
+				done = true
+				return nil
+			}
+			kids, counts := tx.Bucket(mirrorKids), tx.Bucket(mirrorCounts)
+			var ks [][]byte
+			c := ahead.Cursor()
+			for k, _ := c.First(); k != nil && len(ks) < kidsBatch; k, _ = c.Next() {
+				ks = append(ks, bytes.Clone(k))
+			}
+			for _, k := range ks {
+				// A node written ahead is not counted; one that is keeps
+				// its children.
+				if kids != nil && (counts == nil || counts.Get(k) == nil) {
+					if err := kids.Delete(k); err != nil {
+						return err
+					}
+				}
+				if err := ahead.Delete(k); err != nil {
+					return err
+				}
+			}
+			if len(ks) < kidsBatch {
+				done = true
+				return tx.DeleteBucket(mirrorAhead)
+			}
+			return nil
+		})
+		if err != nil {
+			m.nkids = nkids
+			return fmt.Errorf("%w: write %s: %w", ErrMirror, m.path, err)
+		}
+		if err := m.remap(); err != nil {
+			return err
+		}
+		if done {
+			m.ahead = false
+			return nil
+		}
+	}
 }
 
 // mirrorBuckets returns the buckets names of tx, created if need be, each
@@ -2016,6 +2139,7 @@ func (m *Mirror) load(verify bool) string {
 		// A change of counts not applied in full: the open applies it
 		// (finish) and checks the file after.
 		m.pending = meta.Get(pendMark) != nil
+		m.ahead = tx.Bucket(mirrorAhead) != nil
 		if zero := tx.Bucket(mirrorZero); zero != nil {
 			if err := zero.ForEach(func(k, v []byte) error {
 				b, ok := unseal(v)
@@ -2033,7 +2157,7 @@ func (m *Mirror) load(verify bool) string {
 	if err != nil {
 		return err.Error()
 	}
-	if why == "" && verify && !m.pending {
+	if why == "" && verify && !m.pending && !m.ahead {
 		why = m.check()
 	}
 	return why

@@ -390,8 +390,8 @@ func TestMirrorDifferential(t *testing.T) {
 	// Counts applied a few keys a transaction, the file read a few entries
 	// a transaction and opened again between, and lookups a few at a time.
 	t.Run("small steps", func(t *testing.T) {
-		defer func(p, b, l int) { pendBatch, scanBytes, lookRemap = p, b, l }(pendBatch, scanBytes, lookRemap)
-		pendBatch, scanBytes, lookRemap = 3, 200, 2
+		defer func(p, b, l, k int) { pendBatch, scanBytes, lookRemap, kidsBatch = p, b, l, k }(pendBatch, scanBytes, lookRemap, kidsBatch)
+		pendBatch, scanBytes, lookRemap, kidsBatch = 3, 200, 2, 2
 		if err := runDifferential(t, 4, steps, mirrorFault{}); err != nil {
 			t.Fatal(err)
 		}
@@ -1162,8 +1162,8 @@ func copyFile(from, to string) error {
 // change from its start again, ignoring the mark, is caught by the full
 // run's comparison.
 func TestMirrorApplyInBatches(t *testing.T) {
-	defer func(n int) { pendBatch = n }(pendBatch)
-	pendBatch = 2
+	defer func(n, k int) { pendBatch, kidsBatch = n, k }(pendBatch, kidsBatch)
+	pendBatch, kidsBatch = 2, 1
 	b := newMirrorBed(t, 11, mirrorFault{})
 	ctx := b.e.ctx
 	for range 12 {
@@ -1290,6 +1290,56 @@ func TestMirrorApplyInBatches(t *testing.T) {
 			}
 		})
 	}
+	// A write that stops while it writes the new nodes' children, before
+	// the change: the children are removed (at the next sync, or at the
+	// open of the file as it was), and the counts are the walk's.
+	t.Run("stopped ahead of the change", func(t *testing.T) {
+		churn()
+		image := filepath.Join(t.TempDir(), "crashed.db")
+		b.m.broken.afterAhead = func(n int) error {
+			if n < 2 {
+				return nil
+			}
+			if err := copyFile(b.path, image); err != nil {
+				return err
+			}
+			return errors.New("the disk went away")
+		}
+		_, err := b.m.Sync(ctx)
+		b.m.broken.afterAhead = nil
+		if err == nil {
+			t.Fatal("the sync made fewer than 2 nodes live")
+		}
+		if !b.m.ahead {
+			t.Fatalf("the sync's write stopped (%v), and the mirror does not say so", err)
+		}
+		path := filepath.Join(t.TempDir(), "copy.db")
+		if err := copyFile(image, path); err != nil {
+			t.Fatal(err)
+		}
+		m, err := b.small.openMirror(ctx, path, mirrorFault{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		if st := m.Stats(); st.Discarded != "" {
+			t.Fatalf("the file a crash left ahead of the change: discarded %q", st.Discarded)
+		}
+		if m.ahead {
+			t.Fatal("the open left the children written ahead")
+		}
+		if err := b.small.WithMirror(m).Check(ctx); err != nil {
+			t.Errorf("the crash image, opened: %v", err)
+		}
+		if err := b.check(); err != nil {
+			t.Errorf("the mirror whose write stopped, synced again: %v", err)
+		}
+		// The file as the sync left it passes the open's check.
+		b.restart()
+		if st := b.m.Stats(); st.Discarded != "" {
+			t.Errorf("reopened: discarded %q", st.Discarded)
+		}
+	})
 }
 
 // The mirror's file is its process's while it is open, also across the
