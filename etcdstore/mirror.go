@@ -318,7 +318,7 @@ func (s *Store) openMirror(ctx context.Context, path string, broken mirrorFault)
 		}
 	}
 	// The check read the whole file through the map.
-	if err := m.remap(); err != nil {
+	if err := m.release(); err != nil {
 		m.db.Close()
 		m.db = nil
 		return nil, err
@@ -539,7 +539,7 @@ func (m *Mirror) Live(fn func(cairn.BlobReference) error) error {
 	from := []byte{1} // node ids start with 0; bucket keys after them
 	for pages := 1; ; pages++ {
 		if pages%liveRemap == 0 {
-			if err := m.remap(); err != nil {
+			if err := m.release(); err != nil {
 				return err
 			}
 		}
@@ -1125,7 +1125,7 @@ func (m *Mirror) Sync(ctx context.Context) (int64, error) {
 	if err := m.persist(true); err != nil {
 		return m.abandon(err)
 	}
-	if err := m.remap(); err != nil {
+	if err := m.release(); err != nil {
 		return m.rev, err
 	}
 	if m.flushed {
@@ -1219,30 +1219,22 @@ func (m *Mirror) abandon(err error) (int64, error) {
 	return m.rev, err
 }
 
-// reread ends the sync's read transaction and begins another on the file
-// opened again (remap) once the sync has looked up lookRemap keys through
-// it: the pages those lookups reached stop counting in the sweeper's
-// resident memory. Nothing writes the file during the lookups, so the new
-// transaction reads what the old one did. Errors: ErrMirror.
+// reread releases the file's pages (releaseInTx) once the sync has looked up
+// lookRemap keys through its read transaction: the pages those lookups
+// reached stop counting in the sweeper's resident memory. Errors: ErrMirror.
 func (m *Mirror) reread() error {
 	if m.rtx == nil || m.looks < lookRemap {
 		return nil
 	}
-	m.endRead()
-	if err := m.remap(); err != nil {
-		return err
-	}
-	rtx, err := m.db.Begin(false)
-	if err != nil {
-		return fmt.Errorf("%w: read %s: %w", ErrMirror, m.path, err)
-	}
-	m.rtx = rtx
-	return nil
+	m.looks = 0
+	return m.releaseInTx()
 }
 
-// lookRemap is how many lookups a sync makes through one read transaction
-// (reread; a variable for the tests).
-var lookRemap = 4096
+// lookRemap is how many lookups at random places a sync makes through one
+// read transaction (reread), and how many nodes one transaction of the
+// change's removal looks up (a variable for the tests): with fault-around
+// (see pageBytes), about 16 MiB of the file mapped.
+var lookRemap = 256
 
 // endRead ends the sync's read transaction, if any.
 func (m *Mirror) endRead() {
@@ -1627,7 +1619,7 @@ func (m *Mirror) writeAhead() (int, error) {
 		if err != nil {
 			return n, fmt.Errorf("%w: write %s: %w", ErrMirror, m.path, err)
 		}
-		if err := m.remap(); err != nil {
+		if err := m.release(); err != nil {
 			return n, err
 		}
 		n += b
@@ -1643,7 +1635,7 @@ func (m *Mirror) writeAhead() (int, error) {
 
 // kidsBatch is how many nodes' children one transaction of writeAhead or
 // dropAhead writes or removes (a variable for the tests).
-var kidsBatch = 2048
+var kidsBatch = 256
 
 // dropAhead removes the children written ahead of a change that was not
 // written (writeAhead), kidsBatch nodes a transaction. Errors: ErrMirror.
@@ -1685,7 +1677,7 @@ func (m *Mirror) dropAhead() error {
 			m.nkids = nkids
 			return fmt.Errorf("%w: write %s: %w", ErrMirror, m.path, err)
 		}
-		if err := m.remap(); err != nil {
+		if err := m.release(); err != nil {
 			return err
 		}
 		if done {
@@ -1751,7 +1743,7 @@ func (m *Mirror) finish(final bool) error {
 		m.readErr = err
 		return err
 	}
-	if err := m.remap(); err != nil {
+	if err := m.release(); err != nil {
 		return err
 	}
 	if len(from) > 0 && !m.broken.reapply {
@@ -1769,7 +1761,7 @@ func (m *Mirror) finish(final bool) error {
 		if err := m.applyPending(es[:n], last, final); err != nil {
 			return err
 		}
-		if err := m.remap(); err != nil {
+		if err := m.release(); err != nil {
 			return err
 		}
 		es = es[n:]
@@ -1790,9 +1782,11 @@ func (m *Mirror) finish(final bool) error {
 var pendApplied = []byte{0xff}
 
 // removePending removes the change of counts once every count is applied,
-// pendBatch entries a transaction: the children of each node it takes to
-// zero (kept until then, since the expansion reads them), then the entry. The
-// last transaction removes the change's bucket and mark. A removal that
+// pendBatch nodes a transaction, of which at most lookRemap no longer
+// live: the children of each node it took to zero
+// (kept until then, since the expansion reads them), then the node's entry.
+// The last transaction removes the change's bucket, with the bucket keys'
+// entries, and its mark. A removal that
 // stops in the middle is taken up where it stopped, like the counts.
 // Errors: ErrMirror.
 func (m *Mirror) removePending(final bool, batch int) error {
@@ -1806,13 +1800,31 @@ func (m *Mirror) removePending(final bool, batch int) error {
 				return err
 			}
 			counts, kids, pend := bs[1], bs[2], bs[3]
+			// The nodes' entries come first (node ids sort first), up to
+			// pendBatch of them a transaction, looked up in key order;
+			// the bucket keys' entries go with the bucket.
+			// A transaction deletes the children of at most lookRemap
+			// nodes: each rewrites a page of children, which bbolt's
+			// commit reads again through the map.
 			var ks [][]byte
+			dead := 0
 			c := pend.Cursor()
-			for k, _ := c.First(); k != nil && len(ks) < pendBatch; k, _ = c.Next() {
-				ks = append(ks, bytes.Clone(k))
+			k, _ := c.First()
+			for ; k != nil && isNode(string(k)) && len(ks) < pendBatch && dead < lookRemap; k, _ = c.Next() {
+				key := bytes.Clone(k)
+				ks = append(ks, key)
+				if counts.Get(key) == nil && kids.Get(key) != nil {
+					dead++
+				}
 			}
-			for _, k := range ks {
-				if isNode(string(k)) && counts.Get(k) == nil && kids.Get(k) != nil {
+			more := k != nil && isNode(string(k))
+			for i, k := range ks {
+				if i%lookRemap == lookRemap-1 {
+					if err := m.releaseInTx(); err != nil {
+						return err
+					}
+				}
+				if counts.Get(k) == nil && kids.Get(k) != nil {
 					m.nkids--
 					if err := kids.Delete(k); err != nil {
 						return err
@@ -1822,7 +1834,7 @@ func (m *Mirror) removePending(final bool, batch int) error {
 					return err
 				}
 			}
-			if len(ks) < pendBatch {
+			if !more {
 				done = true
 				if err := tx.DeleteBucket(mirrorPend); err != nil {
 					return err
@@ -1837,7 +1849,7 @@ func (m *Mirror) removePending(final bool, batch int) error {
 			m.nkids = nkids
 			return fmt.Errorf("%w: write %s: %w", ErrMirror, m.path, err)
 		}
-		if err := m.remap(); err != nil {
+		if err := m.release(); err != nil {
 			return err
 		}
 		if done {
@@ -2198,7 +2210,7 @@ func (m *Mirror) scan(name []byte, fn func(tx *bolt.Tx, k, v []byte) (int, error
 		if err != nil || next == nil {
 			return err
 		}
-		if err := m.remap(); err != nil {
+		if err := m.release(); err != nil {
 			return err
 		}
 		from = next
@@ -2207,10 +2219,13 @@ func (m *Mirror) scan(name []byte, fn func(tx *bolt.Tx, k, v []byte) (int, error
 
 // scanBytes is about how much of the file scan reads in one transaction (a
 // variable for the tests); pageBytes is what a lookup elsewhere in the file
-// is taken to read (a page).
+// is taken to map: on a fault in a file's map, Linux also maps the
+// neighbouring pages that are in its page cache ("fault-around", 64 KiB by
+// default), so a lookup at a random place can add 16 pages to the resident
+// memory, not one.
 var scanBytes = 16 << 20
 
-const pageBytes = 4096
+const pageBytes = 64 << 10
 
 // check streams the records, counts and children of the file against the
 // header (see load).
