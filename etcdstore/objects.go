@@ -587,9 +587,15 @@ func objEncodeRoot(r *objRoot) []byte {
 	}
 	loc := func(l partLoc) {
 		if runIndex != nil {
+			// A member of a pack of version 1 or 2, named from a
+			// root of version 3 to 5, is its run.
+			msize := l.msize
+			if msize == 0 {
+				msize = l.run().runLen()
+			}
 			e.uint(uint64(runIndex[l.run()]))
 			e.uint(uint64(l.moff))
-			e.uint(uint64(l.msize))
+			e.uint(uint64(msize))
 			return
 		}
 		e.uint(uint64(packIndex[l.pack]))

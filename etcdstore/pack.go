@@ -598,6 +598,13 @@ func (s *Store) fetchMembers(ctx context.Context, parts []objPart, whole map[key
 			// The cache keeps the member, not the pack: packDecode and
 			// cutMember copy.
 			run, err := packDecode(b[rp.off-from:rp.off-from+rp.size], rp.raw)
+			if err != nil && rp.raw > 0 && ps[inRun[k][0]].at.msize > 0 {
+				// A run of several members (root version 6).
+				return fmt.Errorf("etcdstore: pack %s: run at %d: %w", objectKey(packs[i]), rp.off, objError(ps[inRun[k][0]].digest, err))
+			}
+			if err == nil && onRunDecode != nil {
+				onRunDecode()
+			}
 			for _, j := range inRun[k] {
 				p := ps[j]
 				var mb []byte

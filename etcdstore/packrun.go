@@ -46,6 +46,10 @@ import (
 // (BenchmarkMemberFrames: see docs/performance.md).
 const objRunMax = 64 << 10
 
+// onRunDecode, when not nil, is called for each run fetchMembers decodes
+// (tests count them).
+var onRunDecode func()
+
 // runPlace is the place of a run: the offset and stored size of its bytes
 // in the pack pack, and its size uncompressed (0: stored as it is).
 type runPlace struct {
