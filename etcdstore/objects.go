@@ -36,8 +36,8 @@ import (
 //	root                'R' 1|2  leaves  conversation  references  artifacts
 //	reference chunk     'K' 1    count  count × key33
 //
-// (Roots of versions 3 to 5 name these objects as members of packs: pack.go,
-// packz.go, packref.go, packdelta.go.)
+// (Roots of versions 3 to 6 name these objects as members of packs: pack.go,
+// packz.go, packref.go, packdelta.go, packrun.go.)
 //
 // Integers are uvarints (sizes: varints) in their shortest form; strings are
 // a uvarint length and the bytes, kept byte for byte (invalid UTF-8 too). An

@@ -15,7 +15,7 @@ import (
 	"github.com/cairnstore/cairn/keys"
 )
 
-// The packed form of the capacity layout (root versions 3 to 5;
+// The packed form of the capacity layout (root versions 3 to 6;
 // docs/design.md, "Packs: one object a checkpoint").
 //
 // A checkpoint of the capacity layout names its body by a root, as in
@@ -28,6 +28,7 @@ import (
 //
 //	pack  'P' 1  member × (the member's bytes: a leaf, conversation chunk or reference chunk)
 //	pack  'P' 2  member × (the member's bytes, or a zstd frame of them: packz.go)
+//	pack  'P' 3  run × (consecutive members' bytes, or a zstd frame of them: packrun.go)
 //
 // with the reference chunks first, then the conversation chunks, then the
 // leaves, so that the sweep reads a pack's reference chunks with one range
@@ -40,7 +41,8 @@ import (
 // size (packz.go); a root of version 5 makes the leaves' reference chunks
 // from the leaves (packref.go), may store a leaf as a patch of another
 // (packdelta.go), and has its packs hold the leaves before the
-// conversation chunks. Parts the parent has stay where the parent's root says;
+// conversation chunks; a root of version 6 names runs of members
+// (packrun.go). Parts the parent has stay where the parent's root says;
 // the root names at most objRootPacks packs, so a cold read is the root and
 // at most objRootPacks range reads. When the parent's parts are spread over
 // more packs, or a parent pack holds no more of the checkpoint's bytes than
@@ -506,6 +508,10 @@ func (s *Store) fetchParts(ctx context.Context, parts []objPart) (map[string][]b
 
 // fetchMembers is fetchVerified for parts that are objects or members of
 // packs (none made from a leaf): it returns their verified bytes by digest.
+// Members are read with one range read per pack, from the first run needed
+// to the end of the last; each run needed is decoded once (a member of a
+// root of versions 3 to 5 is a run of its own) and its members cut from it
+// and verified.
 func (s *Store) fetchMembers(ctx context.Context, parts []objPart, whole map[keys.Digest][]byte) (map[keys.Digest][]byte, error) {
 	out := make(map[keys.Digest][]byte, len(parts))
 	var single []keys.Digest

@@ -478,3 +478,32 @@ func (c *rangeCounter) GetRange(ctx context.Context, key string, off, n int64) (
 	c.bytes += n
 	return c.Memory.GetRange(ctx, key, off, n)
 }
+
+// FuzzRunMembers checks that decoding a run and cutting a member from it
+// never panics and never returns other than what the place states: a run
+// of exactly its stated size (at most objMemberMax), a member of exactly
+// its stated size within it.
+func FuzzRunMembers(f *testing.F) {
+	ms := runTestMembers(f)
+	run := bytes.Join(ms, nil)
+	frame, raw := packCompress(run)
+	f.Add(frame, uint32(raw), uint32(len(ms[0])), uint32(len(ms[1])))
+	f.Add(run, uint32(0), uint32(0), uint32(len(ms[0])))
+	f.Add(frame, uint32(raw), uint32(raw-2), uint32(3))
+	f.Fuzz(func(t *testing.T, stored []byte, raw, moff, msize uint32) {
+		b, err := packDecode(stored, int(raw))
+		if err != nil {
+			return
+		}
+		if raw > 0 && (len(b) != int(raw) || raw > objMemberMax) {
+			t.Fatalf("a run of %d bytes decoded to %d", raw, len(b))
+		}
+		m, err := cutMember(b, partLoc{moff: int(moff), msize: int(msize)})
+		if err != nil {
+			return
+		}
+		if msize > 0 && (len(m) != int(msize) || !bytes.Equal(m, b[moff:moff+msize])) {
+			t.Fatalf("a member of %d bytes at %d cut as %d bytes", msize, moff, len(m))
+		}
+	})
+}
