@@ -41,9 +41,11 @@ import (
 // objRunMax bounds what a reader that needs one member of a run decodes
 // and, compressed, fetches besides it: 64 KiB is ~36 leaves, about 20 KB
 // stored, far less than what a request costs in latency; and a body of
-// 20,000 entries is ~38 runs, so the frames' fixed cost is below 0.2 ms and
-// a cold read still decodes its runs on every core. Larger runs gain little
-// (BenchmarkMemberFrames: see docs/performance.md).
+// 20,000 entries is ~37 runs, which decode and are cut in 1.3-1.4× the time
+// of one frame of all of them (a frame a member: 3.6-5.0×), while a cold
+// read still decodes its runs on every core. Runs of 256 KiB gained nothing
+// measurable, runs of 16 KiB cost 1.4-1.6× as much (BenchmarkMemberFrames; see
+// docs/performance.md).
 const objRunMax = 64 << 10
 
 // onRunDecode, when not nil, is called for each run fetchMembers decodes
