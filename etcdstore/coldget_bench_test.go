@@ -2,12 +2,14 @@ package etcdstore
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"testing"
 
 	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/bucket"
 	"github.com/cairnstore/cairn/internal/embedetcd"
+	"github.com/cairnstore/cairn/keys"
 )
 
 // coldGetThread appends, on a store of the capacity layout over mem, a
@@ -87,8 +89,11 @@ func BenchmarkColdGet(b *testing.B) {
 }
 
 // BenchmarkMemberFrames decodes the leaves of a 20,000-entry body as a cold
-// read of a packed root does, one zstd frame a member (packDecode), against
-// the same bytes as one frame: what the format's frame a member costs.
+// read of a root of version 5 does, one zstd frame a member (packDecode), as
+// one of version 6 does, a frame a run of consecutive leaves (runs of 16,
+// 64 and 256 KiB: the format's is objRunMax), and as one frame: what a
+// frame a member costs and what runs keep of it. stored-bytes is what the
+// leaves take in the pack.
 func BenchmarkMemberFrames(b *testing.B) {
 	files := objTestFiles(20000, "")
 	var leaves [][]byte
@@ -106,6 +111,10 @@ func BenchmarkMemberFrames(b *testing.B) {
 		frames[i], raws[i] = packCompress(l)
 		all = append(all, l...)
 	}
+	stored := 0
+	for _, f := range frames {
+		stored += len(f)
+	}
 	b.Run(fmt.Sprintf("frames=%d", len(frames)), func(b *testing.B) {
 		b.SetBytes(int64(len(all)))
 		for b.Loop() {
@@ -115,7 +124,48 @@ func BenchmarkMemberFrames(b *testing.B) {
 				}
 			}
 		}
+		b.ReportMetric(float64(stored), "stored-bytes")
 	})
+	// Runs of consecutive leaves, at most max bytes uncompressed each (the
+	// writer's runWriter), decoded and cut as a cold read of a root of
+	// version 6 does: a frame a run.
+	for _, max := range []int{16 << 10, objRunMax, 256 << 10} {
+		w := runWriter{runs: true, locs: map[keys.Digest]partLoc{}}
+		var ds []keys.Digest
+		for _, l := range leaves {
+			d := keys.Digest(sha256.Sum256(l))
+			if len(w.pending) > 0 && len(w.buf)+len(l) > max {
+				w.end()
+			}
+			w.locs[d] = partLoc{}
+			w.pending, w.at = append(w.pending, d), append(w.at, len(w.buf))
+			w.buf = append(w.buf, l...)
+			ds = append(ds, d)
+		}
+		w.end()
+		runs := map[runPlace][]partLoc{}
+		for _, d := range ds {
+			l := w.locs[d]
+			runs[l.run()] = append(runs[l.run()], l)
+		}
+		b.Run(fmt.Sprintf("runs=%dKiB/frames=%d", max>>10, len(runs)), func(b *testing.B) {
+			b.SetBytes(int64(len(all)))
+			for b.Loop() {
+				for rp, ls := range runs {
+					run, err := packDecode(w.data[rp.off:rp.off+rp.size], rp.raw)
+					if err != nil {
+						b.Fatal(err)
+					}
+					for _, l := range ls {
+						if _, err := cutMember(run, l); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+			}
+			b.ReportMetric(float64(len(w.data)), "stored-bytes")
+		})
+	}
 	b.Run("frames=1", func(b *testing.B) {
 		enc, err := zstdEncoder()
 		if err != nil {

@@ -36,8 +36,8 @@ import (
 //	root                'R' 1|2  leaves  conversation  references  artifacts
 //	reference chunk     'K' 1    count  count × key33
 //
-// (Roots of versions 3 to 5 name these objects as members of packs: pack.go,
-// packz.go, packref.go, packdelta.go.)
+// (Roots of versions 3 to 6 name these objects as members of packs: pack.go,
+// packz.go, packref.go, packdelta.go, packrun.go.)
 //
 // Integers are uvarints (sizes: varints) in their shortest form; strings are
 // a uvarint length and the bytes, kept byte for byte (invalid UTF-8 too). An
@@ -541,7 +541,7 @@ func objEncodeRoot(r *objRoot) []byte {
 		version = objVersion
 	}
 	e.b = append(e.b, objTypeRoot, version)
-	packed := version == objRootPacked || version == objRootCompressed || version == objRootDerived
+	packed := packedVersion(version)
 	var packIndex map[keys.Digest]int
 	if packed {
 		packIndex = make(map[keys.Digest]int, len(r.packs))
@@ -551,7 +551,53 @@ func objEncodeRoot(r *objRoot) []byte {
 			e.b = append(e.b, d[:]...)
 		}
 	}
+	var runIndex map[runPlace]int
+	if version >= objRootRuns {
+		// The run table: each run once, in the order the places below
+		// first name them (packrun.go).
+		runIndex = map[runPlace]int{}
+		var runs []runPlace
+		use := func(l partLoc) {
+			if _, ok := runIndex[l.run()]; !ok {
+				runIndex[l.run()] = len(runs)
+				runs = append(runs, l.run())
+			}
+		}
+		for _, p := range r.leaves {
+			use(p.at)
+			if p.at.delta != nil {
+				use(*p.at.delta)
+			}
+		}
+		for _, p := range r.conv {
+			use(p.at)
+		}
+		for _, p := range r.refs {
+			if p.at.from == 0 {
+				use(p.at)
+			}
+		}
+		e.uint(uint64(len(runs)))
+		for _, rp := range runs {
+			e.uint(uint64(packIndex[rp.pack]))
+			e.uint(uint64(rp.off))
+			e.uint(uint64(rp.size))
+			e.uint(uint64(rp.raw))
+		}
+	}
 	loc := func(l partLoc) {
+		if runIndex != nil {
+			// A member of a pack of version 1 or 2, named from a
+			// root of version 3 to 5, is its run.
+			msize := l.msize
+			if msize == 0 {
+				msize = l.run().runLen()
+			}
+			e.uint(uint64(runIndex[l.run()]))
+			e.uint(uint64(l.moff))
+			e.uint(uint64(msize))
+			return
+		}
 		e.uint(uint64(packIndex[l.pack]))
 		e.uint(uint64(l.off))
 		e.uint(uint64(l.size))
@@ -564,7 +610,7 @@ func objEncodeRoot(r *objRoot) []byte {
 		for _, p := range ps {
 			e.b = append(e.b, p.digest[:]...)
 			e.uint(uint64(p.n))
-			if refs && version == objRootDerived {
+			if refs && version >= objRootDerived {
 				// 1 + the leaf a chunk is made from and its bitmap, or 0
 				// and the member's place (packref.go).
 				e.uint(uint64(p.at.from))
@@ -579,7 +625,7 @@ func objEncodeRoot(r *objRoot) []byte {
 		}
 	}
 	leaves := func() {
-		if version != objRootDerived {
+		if version < objRootDerived {
 			parts(r.leaves, false)
 			return
 		}
@@ -610,27 +656,72 @@ func objEncodeRoot(r *objRoot) []byte {
 	return e.b
 }
 
+// places is what the places of a packed root are decoded against: its
+// packs, whether a place gives the member's uncompressed size (roots of
+// versions 4 and 5) and, in a root of version 6, its run table and how
+// many of its runs the places decoded so far name (packrun.go).
+type places struct {
+	packs []keys.Digest
+	raw   bool
+	runs  []runPlace
+	// run says the root has a run table; used is how many of its runs,
+	// the first ones, places have named.
+	run  bool
+	used int
+}
+
+// min is the fewest bytes a place takes.
+func (pl *places) min() int {
+	switch {
+	case pl.run:
+		return 3
+	case pl.raw:
+		return 4
+	}
+	return 3
+}
+
+// objDecodeRuns decodes the run table of a root of version 6: a uvarint
+// count, then per run its pack index, the offset and stored size of its
+// bytes in the pack and its size uncompressed: 0 (stored as it is) or
+// 2..objMemberMax. No run is listed twice.
+func objDecodeRuns(d *decoder, packs []keys.Digest) []runPlace {
+	out := make([]runPlace, d.count(4))
+	seen := make(map[runPlace]bool, len(out))
+	for i := range out {
+		pi, off, size, raw := d.uint(), d.uint(), d.uint(), d.uint()
+		if d.err != nil || pi >= uint64(len(packs)) || off > objPackMax || size < 2 || size > objPackMax-off ||
+			raw == 1 || raw > objMemberMax {
+			d.fail()
+			return nil
+		}
+		out[i] = runPlace{pack: packs[pi], off: int(off), size: int(size), raw: int(raw)}
+		if seen[out[i]] {
+			d.fail()
+			return nil
+		}
+		seen[out[i]] = true
+	}
+	return out
+}
+
 // objParts decodes a list of (digest, n) with 1 ≤ n ≤ max, each followed,
-// when packs is not nil (a packed root), by its pack index, offset and size
-// (partLoc) and, in a root of version 4 (raw), the member's uncompressed
-// size: 0 (stored as it is) or 2..objMemberMax.
-func objParts(d *decoder, max uint64, packs []keys.Digest, raw bool) []objPart {
-	return objPartsFrom(d, max, packs, raw, nil)
+// when pl is not nil (a packed root), by its place (objLoc).
+func objParts(d *decoder, max uint64, pl *places) []objPart {
+	return objPartsFrom(d, max, pl, nil)
 }
 
 // objPartsFrom is objParts for the reference chunks of a root of version 5
-// when leaves is not nil: after its digest and count, each part gives 1 +
-// the index in leaves of the leaf it is made from and the bitmap of that
-// leaf's entries (validPick), or 0 and then its place as in objParts.
-func objPartsFrom(d *decoder, max uint64, packs []keys.Digest, raw bool, leaves []objPart) []objPart {
+// or 6 when leaves is not nil: after its digest and count, each part gives
+// 1 + the index in leaves of the leaf it is made from and the bitmap of
+// that leaf's entries (validPick), or 0 and then its place as in objParts.
+func objPartsFrom(d *decoder, max uint64, pl *places, leaves []objPart) []objPart {
 	min := keys.DigestLen + 1
 	switch {
 	case leaves != nil:
 		min += 2
-	case packs != nil && raw:
-		min += 4
-	case packs != nil:
-		min += 3
+	case pl != nil:
+		min += pl.min()
 	}
 	out := make([]objPart, d.count(min))
 	for i := range out {
@@ -655,8 +746,8 @@ func objPartsFrom(d *decoder, max uint64, packs []keys.Digest, raw bool, leaves 
 				continue
 			}
 		}
-		if packs != nil {
-			out[i].at = objLoc(d, packs, raw)
+		if pl != nil {
+			out[i].at = objLoc(d, pl)
 			if d.err != nil {
 				return nil
 			}
@@ -666,16 +757,35 @@ func objPartsFrom(d *decoder, max uint64, packs []keys.Digest, raw bool, leaves 
 }
 
 // objLoc decodes a member's place in a packed root: its pack index, offset
-// and size and, with raw (roots of versions 4 and 5), its uncompressed size:
-// 0 (stored as it is) or 2..objMemberMax.
-func objLoc(d *decoder, packs []keys.Digest, raw bool) partLoc {
+// and size and, in roots of versions 4 and 5, its uncompressed size: 0
+// (stored as it is) or 2..objMemberMax. In a root of version 6 it is the
+// index of its run, which is at most the number of runs named so far (the
+// table lists runs in the order places first name them), and its offset
+// and size (at least 2) within the run's bytes uncompressed.
+func objLoc(d *decoder, pl *places) partLoc {
+	if pl.run {
+		ri, moff, msize := d.uint(), d.uint(), d.uint()
+		if d.err != nil || ri >= uint64(len(pl.runs)) || ri > uint64(pl.used) {
+			d.fail()
+			return partLoc{}
+		}
+		rp := pl.runs[ri]
+		if n := uint64(rp.runLen()); msize < 2 || msize > n || moff > n-msize {
+			d.fail()
+			return partLoc{}
+		}
+		if ri == uint64(pl.used) {
+			pl.used++
+		}
+		return partLoc{pack: rp.pack, off: rp.off, size: rp.size, raw: rp.raw, moff: int(moff), msize: int(msize)}
+	}
 	pi, off, size := d.uint(), d.uint(), d.uint()
-	if d.err != nil || pi >= uint64(len(packs)) || off > objPackMax || size < 2 || size > objPackMax-off {
+	if d.err != nil || pi >= uint64(len(pl.packs)) || off > objPackMax || size < 2 || size > objPackMax-off {
 		d.fail()
 		return partLoc{}
 	}
-	l := partLoc{pack: packs[pi], off: int(off), size: int(size)}
-	if raw {
+	l := partLoc{pack: pl.packs[pi], off: int(off), size: int(size)}
+	if pl.raw {
 		n := d.uint()
 		if d.err != nil || n == 1 || n > objMemberMax {
 			d.fail()
@@ -702,16 +812,16 @@ func objDigestCount(d *decoder, max uint64) (keys.Digest, int) {
 	return dg, int(n)
 }
 
-// objDeltaLeaves decodes the leaves of a root of version 5: each a
+// objDeltaLeaves decodes the leaves of a root of version 5 or 6: each a
 // digest, an entry count (1..objLeafMax) and its place, then 0 for a leaf
 // stored whole, or 1 and the place of its patch's base (packdelta.go).
-func objDeltaLeaves(d *decoder, packs []keys.Digest) []objPart {
-	out := make([]objPart, d.count(keys.DigestLen+6))
+func objDeltaLeaves(d *decoder, pl *places) []objPart {
+	out := make([]objPart, d.count(keys.DigestLen+2+pl.min()))
 	for i := range out {
 		if out[i].digest, out[i].n = objDigestCount(d, objLeafMax); d.err != nil {
 			return nil
 		}
-		out[i].at = objLoc(d, packs, true)
+		out[i].at = objLoc(d, pl)
 		if d.err != nil || len(d.b) == 0 || d.b[0] > 1 {
 			d.fail()
 			return nil
@@ -719,7 +829,7 @@ func objDeltaLeaves(d *decoder, packs []keys.Digest) []objPart {
 		patched := d.b[0] == 1
 		d.b = d.b[1:]
 		if patched {
-			base := objLoc(d, packs, true)
+			base := objLoc(d, pl)
 			if d.err != nil {
 				return nil
 			}
@@ -729,14 +839,14 @@ func objDeltaLeaves(d *decoder, packs []keys.Digest) []objPart {
 	return out
 }
 
-// objDecodeRoot decodes a root object of any version (1 to 5).
+// objDecodeRoot decodes a root object of any version (1 to 6).
 func objDecodeRoot(b []byte) (objRoot, error) {
-	if len(b) < 2 || b[0] != objTypeRoot || b[1] < objVersion || b[1] > objRootDerived {
+	if len(b) < 2 || b[0] != objTypeRoot || b[1] < objVersion || b[1] > objRootRuns {
 		return objRoot{}, errCodec
 	}
 	d := decoder{b: b[2:]}
 	r := objRoot{version: b[1]}
-	raw := r.version >= objRootCompressed
+	var pl *places
 	if r.packed() {
 		r.packs = make([]keys.Digest, d.count(keys.DigestLen))
 		for i := range r.packs {
@@ -746,11 +856,18 @@ func objDecodeRoot(b []byte) (objRoot, error) {
 		if d.err != nil || !distinctDigests(r.packs) {
 			return objRoot{}, errCodec
 		}
+		pl = &places{packs: r.packs, raw: r.version >= objRootCompressed}
+		if r.version >= objRootRuns {
+			pl.run = true
+			if pl.runs = objDecodeRuns(&d, r.packs); d.err != nil {
+				return objRoot{}, errCodec
+			}
+		}
 	}
-	if r.version == objRootDerived {
-		r.leaves = objDeltaLeaves(&d, r.packs)
+	if r.version >= objRootDerived {
+		r.leaves = objDeltaLeaves(&d, pl)
 	} else {
-		r.leaves = objParts(&d, objLeafMax, r.packs, raw)
+		r.leaves = objParts(&d, objLeafMax, pl)
 	}
 	if d.err != nil || len(d.b) == 0 {
 		return objRoot{}, errCodec
@@ -761,7 +878,7 @@ func objDecodeRoot(b []byte) (objRoot, error) {
 	case 1:
 		d.b = d.b[1:]
 		r.convPresent = true
-		r.conv = objParts(&d, objConvMax, r.packs, raw)
+		r.conv = objParts(&d, objConvMax, pl)
 	default:
 		return objRoot{}, errCodec
 	}
@@ -769,14 +886,14 @@ func objDecodeRoot(b []byte) (objRoot, error) {
 		return objRoot{}, errCodec
 	}
 	var leaves []objPart
-	if r.version == objRootDerived {
+	if r.version >= objRootDerived {
 		leaves = r.leaves
 		if leaves == nil {
 			leaves = []objPart{}
 		}
 	}
-	r.refs = objPartsFrom(&d, objRefMax, r.packs, raw, leaves)
-	if d.err != nil {
+	r.refs = objPartsFrom(&d, objRefMax, pl, leaves)
+	if d.err != nil || pl != nil && pl.used != len(pl.runs) {
 		return objRoot{}, errCodec
 	}
 	r.artifacts = make([]cairn.Artifact, d.count(minArtifactBytes))

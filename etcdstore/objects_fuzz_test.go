@@ -52,26 +52,31 @@ func FuzzObjectRootDecode(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Add(ps.pack(nil).root.data) // a packed root (version 4)
+	f.Add(ps.pack(nil).root.data) // a packed root (version 6, runs)
+	writePackVersion = objPackCompressed
+	f.Add(ps.pack(nil).root.data) // version 4
 	writePackVersion = objVersion
 	f.Add(ps.pack(nil).root.data) // version 3
-	writePackVersion = objPackCompressed
-	// A root of version 5: the leaves' reference chunks made from them.
-	first, memo := packTurn(f, &c, nil, nil)
-	if r, err := objDecodeRoot(first.root.data); err != nil || r.version != objRootDerived || r.refs[0].at.from == 0 {
-		f.Fatalf("the seed is not a root of version 5 with chunks made from leaves: %v", err)
+	// Roots of versions 5 and 6: the leaves' reference chunks made from
+	// them; in the next checkpoint of the thread, with a changed entry, its
+	// leaf stored as a patch of the one before.
+	for _, v := range []struct{ pack, root byte }{{objPackCompressed, objRootDerived}, {objPackRuns, objRootRuns}} {
+		writePackVersion = v.pack
+		first, memo := packTurn(f, &c, nil, nil)
+		if r, err := objDecodeRoot(first.root.data); err != nil || r.version != v.root || r.refs[0].at.from == 0 {
+			f.Fatalf("the seed is not a root of version %d with chunks made from leaves: %v", v.root, err)
+		}
+		f.Add(first.root.data)
+		c2 := c
+		c2.Files = slices.Clone(c.Files)
+		c2.Files[5].BlobKey = objTestFileKey("changed")
+		second, _ := packTurn(f, &c2, memo, first.locs)
+		if r, err := objDecodeRoot(second.root.data); err != nil || !slices.ContainsFunc(r.leaves, func(p objPart) bool { return p.at.delta != nil }) {
+			f.Fatalf("the seed has no leaf stored as a patch: %v", err)
+		}
+		f.Add(second.root.data)
 	}
-	f.Add(first.root.data)
-	// The next checkpoint of that thread, with a changed entry: its leaf is
-	// stored as a patch of the one before.
-	c2 := c
-	c2.Files = slices.Clone(c.Files)
-	c2.Files[5].BlobKey = objTestFileKey("changed")
-	second, _ := packTurn(f, &c2, memo, first.locs)
-	if r, err := objDecodeRoot(second.root.data); err != nil || !slices.ContainsFunc(r.leaves, func(p objPart) bool { return p.at.delta != nil }) {
-		f.Fatalf("the seed has no leaf stored as a patch: %v", err)
-	}
-	f.Add(second.root.data)
+	writePackVersion = objPackRuns
 	f.Add(objEncodeRoot(&objRoot{version: objRootPacked, packs: []keys.Digest{{1}, {2}}}))
 	f.Add(objEncodeRoot(&objRoot{}))
 	f.Add(objEncodeRoot(&objRoot{convPresent: true}))

@@ -15,7 +15,7 @@ import (
 	"github.com/cairnstore/cairn/keys"
 )
 
-// The packed form of the capacity layout (root versions 3 to 5;
+// The packed form of the capacity layout (root versions 3 to 6;
 // docs/design.md, "Packs: one object a checkpoint").
 //
 // A checkpoint of the capacity layout names its body by a root, as in
@@ -28,6 +28,7 @@ import (
 //
 //	pack  'P' 1  member × (the member's bytes: a leaf, conversation chunk or reference chunk)
 //	pack  'P' 2  member × (the member's bytes, or a zstd frame of them: packz.go)
+//	pack  'P' 3  run × (consecutive members' bytes, or a zstd frame of them: packrun.go)
 //
 // with the reference chunks first, then the conversation chunks, then the
 // leaves, so that the sweep reads a pack's reference chunks with one range
@@ -40,7 +41,8 @@ import (
 // size (packz.go); a root of version 5 makes the leaves' reference chunks
 // from the leaves (packref.go), may store a leaf as a patch of another
 // (packdelta.go), and has its packs hold the leaves before the
-// conversation chunks. Parts the parent has stay where the parent's root says;
+// conversation chunks; a root of version 6 names runs of members
+// (packrun.go). Parts the parent has stay where the parent's root says;
 // the root names at most objRootPacks packs, so a cold read is the root and
 // at most objRootPacks range reads. When the parent's parts are spread over
 // more packs, or a parent pack holds no more of the checkpoint's bytes than
@@ -112,8 +114,12 @@ type partLoc struct {
 	off, size int
 	// raw is the size of the member uncompressed when it is stored as a
 	// zstd frame (roots of version 4, packz.go); 0 when it is stored as it
-	// is.
-	raw int
+	// is. In a root of version 6 (packrun.go) off, size and raw are those
+	// of the member's run, and moff and msize the member's offset and size
+	// in the run's bytes uncompressed; msize is 0 in older versions, where
+	// a member is a run of its own.
+	raw         int
+	moff, msize int
 	// from is 1 + the index, in its root's leaves, of the leaf a reference
 	// chunk is made from (root version 5, packref.go), and pick the bitmap
 	// of that leaf's entries whose keys the chunk holds; from is 0 for a
@@ -132,11 +138,12 @@ type partLoc struct {
 // inPack reports whether l is a member of a pack.
 func (l partLoc) inPack() bool { return l.size > 0 }
 
-// packed reports whether r is a packed root (versions 3 to 5): its parts
+// packed reports whether r is a packed root (versions 3 to 6): its parts
 // are members of the packs r.packs.
-func (r *objRoot) packed() bool {
-	return r.version == objRootPacked || r.version == objRootCompressed || r.version == objRootDerived
-}
+func (r *objRoot) packed() bool { return packedVersion(r.version) }
+
+// packedVersion reports whether a root of version v is packed.
+func packedVersion(v byte) bool { return v >= objRootPacked && v <= objRootRuns }
 
 // distinctDigests reports whether ds holds no digest twice.
 func distinctDigests(ds []keys.Digest) bool {
@@ -252,7 +259,7 @@ func (ps *packSplit) pack(parent map[keys.Digest]partLoc) packed {
 	// the leaves and are not members; the leaves come before the
 	// conversation, so that the sweep's range read of the chunks a pack
 	// makes from its leaves does not span the conversation.
-	derive := writePackVersion == objPackCompressed && writeDerivedRefs && ps.from != nil
+	derive := writePackVersion >= objPackCompressed && writeDerivedRefs && ps.from != nil
 	fromLeaf := map[keys.Digest]partLoc{}
 	leavesAt := 2 // the index of the leaves in order
 	if derive {
@@ -278,19 +285,30 @@ func (ps *packSplit) pack(parent map[keys.Digest]partLoc) packed {
 		l, ok := parent[d]
 		return l, ok && l.inPack()
 	}
-	// How each part not left where it is goes into the new pack.
+	// How each part not left where it is goes into the new pack: plain
+	// its bytes (a leaf's or its patch's), b and raw how a pack of version
+	// 2 stores it alone (in version 3, in runs, b is only what the
+	// choices below weigh: about what it adds to the pack).
 	type member struct {
-		b   []byte
-		raw int
+		plain, b []byte
+		raw      int
+	}
+	runs := writePackVersion == objPackRuns
+	compressed := func(b []byte) member {
+		m := member{plain: b, b: b}
+		switch {
+		case runs:
+			m.b = packEstimate(b)
+		case writePackVersion == objPackCompressed:
+			m.b, m.raw = packCompress(b)
+		}
+		return m
 	}
 	stored := map[keys.Digest]member{}
 	store := func(d keys.Digest) member {
 		m, ok := stored[d]
 		if !ok {
-			m.b = ps.parts[d]
-			if writePackVersion == objPackCompressed {
-				m.b, m.raw = packCompress(m.b)
-			}
+			m = compressed(ps.parts[d])
 			stored[d] = m
 		}
 		return m
@@ -319,7 +337,7 @@ func (ps *packSplit) pack(parent map[keys.Digest]partLoc) packed {
 		} else if lq.delta != nil && keep(lq.delta.pack) {
 			base, data = *lq.delta, lq.deltaBase
 		} else if lq.delta == nil && keep(lq.pack) {
-			base, data = partLoc{pack: lq.pack, off: lq.off, size: lq.size, raw: lq.raw}, string(q.data)
+			base, data = lq.place(), string(q.data)
 		} else {
 			return member{}, partLoc{}, false
 		}
@@ -328,8 +346,7 @@ func (ps *packSplit) pack(parent map[keys.Digest]partLoc) packed {
 		if got, err := applyLeafPatch([]byte(data), patch); err != nil || !bytes.Equal(got, b) {
 			return member{}, partLoc{}, false
 		}
-		var m member
-		m.b, m.raw = packCompress(patch)
+		m := compressed(patch)
 		if 2*len(m.b) > len(store(d).b) {
 			return member{}, partLoc{}, false
 		}
@@ -356,7 +373,7 @@ func (ps *packSplit) pack(parent map[keys.Digest]partLoc) packed {
 				continue
 			}
 			if l, ok := inParent(p.digest); ok {
-				held[l.pack] += l.size
+				held[l.pack] += l.stored()
 			} else if m, _, ok := patchOf(p.digest, anyPack); isLeaf[p.digest] && ok {
 				fresh++
 				freshBytes += len(m.b)
@@ -379,9 +396,15 @@ func (ps *packSplit) pack(parent map[keys.Digest]partLoc) packed {
 	// those parts as objects of their own before packs. The conversation
 	// chunks and the artifacts' reference chunks go into a second pack.
 	apart := len(old) == 0
-	data := [2][]byte{{objTypePack, writePackVersion}, {objTypePack, writePackVersion}}
+	var w [2]*runWriter
+	for g := range w {
+		w[g] = &runWriter{runs: runs, data: []byte{objTypePack, writePackVersion}, locs: out.locs}
+	}
 	group := map[keys.Digest]int{}
 	for k, parts := range order {
+		// A run holds members of one kind.
+		w[0].end()
+		w[1].end()
 		for i, p := range parts {
 			if _, ok := out.locs[p.digest]; ok {
 				continue
@@ -406,16 +429,15 @@ func (ps *packSplit) pack(parent map[keys.Digest]partLoc) packed {
 					m, at = pm, l
 				}
 			}
-			at.off, at.size, at.raw = len(data[g]), len(m.b), m.raw
-			out.locs[p.digest] = at
+			w[g].add(p.digest, m.plain, m.b, m.raw, at)
 			group[p.digest] = g
-			data[g] = append(data[g], m.b...)
 		}
 	}
 	var packs []keys.Digest
 	var made [2]keys.Digest
-	for g, b := range data {
-		if len(b) > 2 {
+	for g := range w {
+		w[g].end()
+		if b := w[g].data; len(b) > 2 {
 			o := objNewObject(b)
 			out.pack = append(out.pack, o)
 			packs = append(packs, o.digest)
@@ -430,6 +452,8 @@ func (ps *packSplit) pack(parent map[keys.Digest]partLoc) packed {
 	packs = append(packs, old...)
 	version := byte(objRootPacked)
 	switch {
+	case runs:
+		version = objRootRuns
 	case derive:
 		version = objRootDerived
 	case writePackVersion == objPackCompressed:
@@ -484,6 +508,10 @@ func (s *Store) fetchParts(ctx context.Context, parts []objPart) (map[string][]b
 
 // fetchMembers is fetchVerified for parts that are objects or members of
 // packs (none made from a leaf): it returns their verified bytes by digest.
+// Members are read with one range read per pack, from the first run needed
+// to the end of the last; each run needed is decoded once (a member of a
+// root of versions 3 to 5 is a run of its own) and its members cut from it
+// and verified.
 func (s *Store) fetchMembers(ctx context.Context, parts []objPart, whole map[keys.Digest][]byte) (map[keys.Digest][]byte, error) {
 	out := make(map[keys.Digest][]byte, len(parts))
 	var single []keys.Digest
@@ -514,7 +542,7 @@ func (s *Store) fetchMembers(ctx context.Context, parts []objPart, whole map[key
 		if l := p.at.delta; l != nil {
 			// The base of a patched leaf: read with the members,
 			// decoded, not verified on its own (n < 0 marks it).
-			if at := (partLoc{pack: l.pack, off: l.off, size: l.size, raw: l.raw}); !seenBase[at] {
+			if at := l.place(); !seenBase[at] {
 				seenBase[at] = true
 				add(objPart{digest: p.digest, n: -1, at: at})
 			}
@@ -537,44 +565,76 @@ func (s *Store) fetchMembers(ctx context.Context, parts []objPart, whole map[key
 	patches := map[keys.Digest][]byte{}
 	err = forEach(ctx, len(packs), objectParallel, func(ctx context.Context, i int) error {
 		ps := byPack[packs[i]]
+		// The runs of this pack the parts are in, each once: a run is
+		// read and decoded once however many of its members are needed.
+		runAt := map[runPlace]int{}
+		var runs []runPlace
+		var inRun [][]int
 		from, to := ps[0].at.off, 0
-		for _, p := range ps {
-			from, to = min(from, p.at.off), max(to, p.at.off+p.at.size)
+		for j, p := range ps {
+			rp := p.at.run()
+			k, ok := runAt[rp]
+			if !ok {
+				k = len(runs)
+				runAt[rp] = k
+				runs = append(runs, rp)
+				inRun = append(inRun, nil)
+			}
+			inRun[k] = append(inRun[k], j)
+			from, to = min(from, rp.off), max(to, rp.off+rp.size)
 		}
 		var b []byte
 		if w, ok := whole[packs[i]]; ok && to <= len(w) {
 			b = w[from:to]
 		} else {
 			var err error
-			if b, err = s.readRange(ctx, objectKey(packs[i]), from, to-from); err != nil {
+			if b, err = s.readRange(ctx, objectKey(packs[i]), from, to-from); err == nil && len(b) != to-from {
+				err = fmt.Errorf("%w: %d bytes at %d, read %d", bucket.ErrInvalidRange, to-from, from, len(b))
+			}
+			if err != nil {
 				return fmt.Errorf("etcdstore: %w", objError(packs[i], err))
 			}
 		}
-		// Members are decoded and verified on every core: decompressing
-		// and hashing them is what a cold read of a large body spends its
-		// CPU on.
+		// Runs are decoded, and their members cut and verified, on every
+		// core: decompressing and hashing them is what a cold read of a
+		// large body spends its CPU on.
 		got := make([][]byte, len(ps))
-		err := forEach(ctx, len(ps), runtime.GOMAXPROCS(0), func(_ context.Context, j int) error {
-			p := ps[j]
-			// The cache keeps the member, not the pack: packDecode copies.
-			mb, err := packDecode(b[p.at.off-from:p.at.off-from+p.at.size], p.at.raw)
-			if err != nil {
-				return fmt.Errorf("etcdstore: pack %s: %w", objectKey(packs[i]), objError(p.digest, err))
+		err := forEach(ctx, len(runs), runtime.GOMAXPROCS(0), func(_ context.Context, k int) error {
+			rp := runs[k]
+			// The cache keeps the member, not the pack: packDecode and
+			// cutMember copy.
+			run, err := packDecode(b[rp.off-from:rp.off-from+rp.size], rp.raw)
+			if err != nil && rp.raw > 0 && ps[inRun[k][0]].at.msize > 0 {
+				// A run of several members (root version 6).
+				return fmt.Errorf("etcdstore: pack %s: run at %d: %w", objectKey(packs[i]), rp.off, objError(ps[inRun[k][0]].digest, err))
 			}
-			if p.n < 0 || p.at.delta != nil {
-				mu.Lock()
-				defer mu.Unlock()
-				if p.n < 0 {
-					bases[p.at] = mb
-				} else {
-					patches[p.digest] = mb
+			if err == nil && onRunDecode != nil {
+				onRunDecode()
+			}
+			for _, j := range inRun[k] {
+				p := ps[j]
+				var mb []byte
+				if err == nil {
+					mb, err = cutMember(run, p.at)
 				}
-				return nil
+				if err != nil {
+					return fmt.Errorf("etcdstore: pack %s: %w", objectKey(packs[i]), objError(p.digest, err))
+				}
+				if p.n < 0 || p.at.delta != nil {
+					mu.Lock()
+					if p.n < 0 {
+						bases[p.at] = mb
+					} else {
+						patches[p.digest] = mb
+					}
+					mu.Unlock()
+					continue
+				}
+				if sha256.Sum256(mb) != p.digest {
+					return fmt.Errorf("etcdstore: pack %s: %w", objectKey(packs[i]), objError(p.digest, errObjDigest))
+				}
+				got[j] = mb
 			}
-			if sha256.Sum256(mb) != p.digest {
-				return fmt.Errorf("etcdstore: pack %s: %w", objectKey(packs[i]), objError(p.digest, errObjDigest))
-			}
-			got[j] = mb
 			return nil
 		})
 		if err != nil {
@@ -599,7 +659,7 @@ func (s *Store) fetchMembers(ctx context.Context, parts []objPart, whole map[key
 			continue
 		}
 		delete(patches, p.digest)
-		b, err := applyLeafPatch(bases[partLoc{pack: p.at.delta.pack, off: p.at.delta.off, size: p.at.delta.size, raw: p.at.delta.raw}], patch)
+		b, err := applyLeafPatch(bases[p.at.delta.place()], patch)
 		if err == nil && sha256.Sum256(b) != p.digest {
 			err = errObjDigest
 		}

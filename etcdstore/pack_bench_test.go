@@ -66,9 +66,9 @@ func packThreadCost(tb testing.TB, repeat bool, turns int) (fresh, copied, roots
 					continue // left where it is
 				}
 				if _, ok := parent[d]; ok {
-					copied += l.size
+					copied += l.stored()
 				} else {
-					fresh += l.size
+					fresh += l.stored()
 				}
 			}
 		}
@@ -79,7 +79,7 @@ func packThreadCost(tb testing.TB, repeat bool, turns int) (fresh, copied, roots
 
 // packTurn splits c on memo, the split of the thread's checkpoint before
 // (nil for none), as an append does, and packs it on parent, where that
-// checkpoint's parts are: the packed root of version 5 and the split's
+// checkpoint's parts are: the packed root (version 6) and the split's
 // memo.
 func packTurn(tb testing.TB, c *cairn.Checkpoint, memo *splitMemo, parent map[keys.Digest]partLoc) (packed, *splitMemo) {
 	tb.Helper()

@@ -90,7 +90,7 @@ func TestPackedCompatibility(t *testing.T) {
 	// 'P' 1), a-8 and a-9 with compressed members (version 4, 'P' 2),
 	// a-10..a-12 with reference chunks made from their leaves (version 5,
 	// 'P' 2), each on the packs of the ones before.
-	t.Cleanup(func() { writePackVersion, writeDerivedRefs = objPackCompressed, true })
+	t.Cleanup(func() { writePackVersion, writeDerivedRefs = objPackRuns, true })
 	compressed, plain, derived, patched := 0, 0, 0, 0
 	for i := range 8 {
 		wantRoot, wantPack := byte(objRootDerived), byte(objPackCompressed)

@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -143,78 +144,100 @@ func TestRootVersion5Leaves(t *testing.T) {
 
 // TestPatchedLeafVerified appends two checkpoints of one thread, the second
 // with leaves stored as patches, and alters one byte of a patch and then
-// of its base in the bucket: each time a cold Get fails naming the leaf.
+// of its base in the bucket: each time a cold Get fails naming the leaf
+// (with roots of version 6, whose members are in runs, the altered run
+// fails to decode, naming the pack, the run and a member of it); and
+// applies the patch to another leaf: the result fails the leaf's digest.
 func TestPatchedLeafVerified(t *testing.T) {
-	for _, which := range []string{"Patch", "Base", "OtherBase"} {
-		t.Run(which, func(t *testing.T) {
-			e := newV2Env(t)
-			s := e.store(true, 0)
-			w := e.writer(s, "a")
-			e.append(s, w, capacityTurn("a", 1, 1000, 8000))
-			before := memKeysOf(t, e.mem, cairn.ObjectPrefix)
-			c := capacityTurn("a", 2, 1000, 8000)
-			e.append(s, w, c)
-			var leaf *objPart
-			var r objRoot
-			for _, k := range newMetaKeys(t, e.mem, before) {
-				b, _ := e.mem.Get(e.ctx, k)
-				if b[0] != objTypeRoot {
-					continue
-				}
-				var err error
-				if r, err = objDecodeRoot(b); err != nil {
-					t.Fatal(err)
-				}
-				for i := range r.leaves {
-					if r.leaves[i].at.delta != nil {
-						leaf = &r.leaves[i]
-					}
-				}
-			}
-			if leaf == nil {
-				t.Fatal("no leaf is stored as a patch")
-			}
-			if got, err := e.store(true, 0).Get(e.ctx, c.ID); err != nil {
-				t.Fatal(err)
-			} else {
-				sameCheckpoint(t, "patched", got, c)
-			}
-			if which == "OtherBase" {
-				// The patch applied to another leaf stored whole, at
-				// least as long: it applies, and the result fails the
-				// leaf's digest.
-				size := func(l partLoc) int { return max(l.raw, l.size) }
-				bad := *leaf
-				for _, p := range r.leaves {
-					if p.at.delta == nil && p.at.off != leaf.at.delta.off && size(p.at) >= size(*leaf.at.delta) {
-						other := partLoc{pack: p.at.pack, off: p.at.off, size: p.at.size, raw: p.at.raw}
-						bad.at.delta = &other
-						break
-					}
-				}
-				if bad.at.delta == leaf.at.delta {
-					t.Fatal("no other base")
-				}
-				_, err := e.store(true, 0).fetchParts(e.ctx, []objPart{bad})
-				if !errors.Is(err, errObjDigest) || !strings.Contains(err.Error(), objectKey(leaf.digest)) {
-					t.Fatalf("fetchParts with another base: %v, want %v naming %s", err, errObjDigest, objectKey(leaf.digest))
-				}
-				return
-			}
-			at := leaf.at
-			if which == "Base" {
-				at = *leaf.at.delta
-			}
-			key := objectKey(at.pack)
-			b, _ := e.mem.Get(e.ctx, key)
-			b = bytes.Clone(b)
-			b[at.off+at.size-1] ^= 1
-			e.mem.Delete(e.ctx, []string{key})
-			e.mem.Put(e.ctx, key, b)
-			_, err := e.store(true, 0).Get(e.ctx, c.ID)
-			if err == nil || !strings.Contains(err.Error(), objectKey(leaf.digest)) {
-				t.Fatalf("Get with an altered %s: %v, want an error naming %s", which, err, objectKey(leaf.digest))
-			}
-		})
+	t.Cleanup(func() { writePackVersion = objPackRuns })
+	for _, v := range []byte{objPackCompressed, objPackRuns} {
+		for _, which := range []string{"Patch", "Base", "OtherBase"} {
+			patchedLeafVerified(t, v, which)
+		}
 	}
+}
+
+func patchedLeafVerified(t *testing.T, version byte, which string) {
+	t.Run(fmt.Sprintf("pack=%d/%s", version, which), func(t *testing.T) {
+		writePackVersion = version
+		e := newV2Env(t)
+		s := e.store(true, 0)
+		w := e.writer(s, "a")
+		e.append(s, w, capacityTurn("a", 1, 1000, 8000))
+		before := memKeysOf(t, e.mem, cairn.ObjectPrefix)
+		c := capacityTurn("a", 2, 1000, 8000)
+		e.append(s, w, c)
+		var leaf *objPart
+		var r objRoot
+		for _, k := range newMetaKeys(t, e.mem, before) {
+			b, _ := e.mem.Get(e.ctx, k)
+			if b[0] != objTypeRoot {
+				continue
+			}
+			var err error
+			if r, err = objDecodeRoot(b); err != nil {
+				t.Fatal(err)
+			}
+			for i := range r.leaves {
+				if r.leaves[i].at.delta != nil {
+					leaf = &r.leaves[i]
+				}
+			}
+		}
+		if leaf == nil {
+			t.Fatal("no leaf is stored as a patch")
+		}
+		if got, err := e.store(true, 0).Get(e.ctx, c.ID); err != nil {
+			t.Fatal(err)
+		} else {
+			sameCheckpoint(t, "patched", got, c)
+		}
+		if which == "OtherBase" {
+			// The patch applied to another leaf stored whole, at
+			// least as long: it applies, and the result fails the
+			// leaf's digest.
+			size := func(l partLoc) int {
+				if l.msize > 0 {
+					return l.msize
+				}
+				return max(l.raw, l.size)
+			}
+			bad := *leaf
+			for _, p := range r.leaves {
+				if p.at.delta == nil && p.at.place() != leaf.at.delta.place() && size(p.at) >= size(*leaf.at.delta) {
+					other := p.at.place()
+					bad.at.delta = &other
+					break
+				}
+			}
+			if bad.at.delta == leaf.at.delta {
+				t.Fatal("no other base")
+			}
+			_, err := e.store(true, 0).fetchParts(e.ctx, []objPart{bad})
+			if !errors.Is(err, errObjDigest) || !strings.Contains(err.Error(), objectKey(leaf.digest)) {
+				t.Fatalf("fetchParts with another base: %v, want %v naming %s", err, errObjDigest, objectKey(leaf.digest))
+			}
+			return
+		}
+		at := leaf.at
+		if which == "Base" {
+			at = *leaf.at.delta
+		}
+		key := objectKey(at.pack)
+		b, _ := e.mem.Get(e.ctx, key)
+		b = bytes.Clone(b)
+		b[at.off+at.size-1] ^= 1
+		e.mem.Delete(e.ctx, []string{key})
+		e.mem.Put(e.ctx, key, b)
+		_, err := e.store(true, 0).Get(e.ctx, c.ID)
+		if version == objPackRuns && at.raw > 0 {
+			if !errors.Is(err, errMemberSize) || !strings.Contains(err.Error(), key) || !strings.Contains(err.Error(), fmt.Sprintf("run at %d", at.off)) {
+				t.Fatalf("Get with an altered %s: %v, want %v naming the pack %s and the run at %d", which, err, errMemberSize, key, at.off)
+			}
+			return
+		}
+		if err == nil || !strings.Contains(err.Error(), objectKey(leaf.digest)) {
+			t.Fatalf("Get with an altered %s: %v, want an error naming %s", which, err, objectKey(leaf.digest))
+		}
+	})
 }

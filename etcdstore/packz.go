@@ -36,6 +36,11 @@ const (
 	// compressed; objRootCompressed the version of the root that names them.
 	objPackCompressed = 2
 	objRootCompressed = 4
+	// objPackRuns is the version of a pack whose members are compressed in
+	// runs (packrun.go); objRootRuns the version of the root that names
+	// them.
+	objPackRuns = 3
+	objRootRuns = 6
 	// objMemberMax bounds the uncompressed size of a compressed member: a
 	// leaf of objLeafMax entries with paths of cairn.MaxPathBytes is about
 	// 2.1 MiB, every other part is smaller. Larger members are stored as
@@ -43,10 +48,12 @@ const (
 	objMemberMax = 4 << 20
 )
 
-// writePackVersion is the version of the packs appends write:
-// objPackCompressed (roots of version 4), or objVersion (roots of version 3,
-// members as they are), which tests set to write what stores wrote before.
-var writePackVersion byte = objPackCompressed
+// writePackVersion is the version of the packs appends write: objPackRuns
+// (roots of version 6, members compressed in runs), or, which tests set to
+// write what stores wrote before, objPackCompressed (roots of version 4 or
+// 5, a frame a member) or objVersion (roots of version 3, members as they
+// are).
+var writePackVersion byte = objPackRuns
 
 // errMemberSize reports a compressed member whose frame does not decode to
 // exactly the size its root states.
