@@ -1088,19 +1088,7 @@ func TestMirrorBuildInBatches(t *testing.T) {
 	}
 
 	// The crash image: refused at open and rebuilt.
-	open := func(fault mirrorFault) *Mirror {
-		t.Helper()
-		path := filepath.Join(t.TempDir(), "copy.db")
-		if err := copyFile(image, path); err != nil {
-			t.Fatal(err)
-		}
-		m, err := b.small.openMirror(ctx, path, fault)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { m.Close() })
-		return m
-	}
+	open := func(fault mirrorFault) *Mirror { t.Helper(); return b.openImage(t, image, fault) }
 	m := open(mirrorFault{})
 	if got := m.Stats().Discarded; got != "an unfinished sync" {
 		t.Errorf("the file a crash left in a build: discarded %q, want %q", got, "an unfinished sync")
@@ -1142,6 +1130,22 @@ func TestMirrorBuildInBatches(t *testing.T) {
 	if err := b.check(); err != nil {
 		t.Errorf("built again after the failure: %v", err)
 	}
+}
+
+// openImage opens a mirror, with fault, on a copy of the file image (a
+// crash image), closed at t's end.
+func (b *mirrorBed) openImage(t *testing.T, image string, fault mirrorFault) *Mirror {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "copy.db")
+	if err := copyFile(image, path); err != nil {
+		t.Fatal(err)
+	}
+	m, err := b.small.openMirror(b.e.ctx, path, fault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
 }
 
 // copyFile copies the file from to the file to.
@@ -1242,19 +1246,7 @@ func TestMirrorApplyInBatches(t *testing.T) {
 			if err := b.m.Live(func(cairn.BlobReference) error { return nil }); !errors.Is(err, ErrMirror) {
 				t.Errorf("with a change not applied in full, Live: %v, want ErrMirror", err)
 			}
-			open := func(fault mirrorFault) *Mirror {
-				t.Helper()
-				path := filepath.Join(t.TempDir(), "copy.db")
-				if err := copyFile(image, path); err != nil {
-					t.Fatal(err)
-				}
-				m, err := b.small.openMirror(ctx, path, fault)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { m.Close() })
-				return m
-			}
+			open := func(fault mirrorFault) *Mirror { t.Helper(); return b.openImage(t, image, fault) }
 			m := open(mirrorFault{})
 			if st := m.Stats(); st.Discarded != "" || st.Rebuilds != 0 {
 				t.Fatalf("the file a crash left in the write: discarded %q", st.Discarded)
@@ -1313,15 +1305,7 @@ func TestMirrorApplyInBatches(t *testing.T) {
 		if !b.m.ahead {
 			t.Fatalf("the sync's write stopped (%v), and the mirror does not say so", err)
 		}
-		path := filepath.Join(t.TempDir(), "copy.db")
-		if err := copyFile(image, path); err != nil {
-			t.Fatal(err)
-		}
-		m, err := b.small.openMirror(ctx, path, mirrorFault{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { m.Close() })
+		m := b.openImage(t, image, mirrorFault{})
 		if st := m.Stats(); st.Discarded != "" {
 			t.Fatalf("the file a crash left ahead of the change: discarded %q", st.Discarded)
 		}
