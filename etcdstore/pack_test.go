@@ -174,38 +174,9 @@ func TestPackedCompatibility(t *testing.T) {
 	// Forks of the unpacked a-4, the packed a-6 (pruned below), the
 	// compressed a-9 and a-10, whose reference chunks are made from its
 	// leaves.
-	for dest, src := range map[string]string{"f1": "a-4", "f2": "a-6", "f3": "a-9", "f4": "a-10"} {
-		fw := e.writer(s, dest)
-		root, err := s.ForkFromCheckpoint(e.ctx, cairn.ForkInput{SourceThreadID: "a", SourceCheckpointID: src,
-			DestinationThreadID: dest, DestinationCheckpointID: dest + "-root", CreatedAt: 5000, Writer: fw})
-		if err != nil {
-			t.Fatal(err)
-		}
-		byID[root.ID] = *root
-	}
 	// a-1..a-7 go (a-5, a-6, a-7 were packed), then the head a-12.
-	if _, err := s.DeleteCheckpoints(e.ctx, cairn.DeleteCheckpointsInput{ThreadID: "a", Keep: 5, Writer: w}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.DeleteHead(e.ctx, cairn.DeleteHeadInput{ThreadID: "a", CheckpointID: "a-12", Writer: w}); err != nil {
-		t.Fatal(err)
-	}
 	live := []string{"a-8", "a-9", "a-10", "a-11", "f1-root", "f2-root", "f3-root", "f4-root"}
-	var liveCps []cairn.Checkpoint
-	for _, id := range live {
-		liveCps = append(liveCps, byID[id])
-	}
-	rep, err := s.Verify(e.ctx, VerifyOptions{Objects: true})
-	if err != nil || !rep.OK() {
-		t.Fatalf("Verify: %v %v", rep.Problems, err)
-	}
-	refs, err := s.ListBlobReferences(e.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := wantRefs(liveCps...); !slices.Equal(refs, want) {
-		t.Fatalf("ListBlobReferences: %d references, want %d", len(refs), len(want))
-	}
+	liveCps := e.forkPruneCheck(t, s, w, map[string]string{"f1": "a-4", "f2": "a-6", "f3": "a-9", "f4": "a-10"}, 5, "a-12", live, byID)
 
 	// The bucket holds every blob ever used and one never used.
 	wantLive := e.putBlobs(all, liveCps)
@@ -420,4 +391,45 @@ func TestPackedFirstPackShared(t *testing.T) {
 		}
 		sameCheckpoint(t, "first checkpoint", got, c)
 	}
+}
+
+// forkPruneCheck forks each source checkpoint of thread "a" (forks: the
+// destination thread by source) to a checkpoint "<thread>-root", prunes "a"
+// to its last keep checkpoints with w, deletes its head head, and checks that
+// Verify finds nothing and that the blob references are those of the
+// checkpoints live names (by id in byID, which gains the forks); it returns
+// those checkpoints.
+func (e *v2Env) forkPruneCheck(t *testing.T, s *Store, w cairn.Writer, forks map[string]string, keep float64, head string, live []string, byID map[string]cairn.Checkpoint) []cairn.Checkpoint {
+	t.Helper()
+	for dest, src := range forks {
+		fw := e.writer(s, dest)
+		root, err := s.ForkFromCheckpoint(e.ctx, cairn.ForkInput{SourceThreadID: "a", SourceCheckpointID: src,
+			DestinationThreadID: dest, DestinationCheckpointID: dest + "-root", CreatedAt: 5000, Writer: fw})
+		if err != nil {
+			t.Fatal(err)
+		}
+		byID[root.ID] = *root
+	}
+	if _, err := s.DeleteCheckpoints(e.ctx, cairn.DeleteCheckpointsInput{ThreadID: "a", Keep: keep, Writer: w}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteHead(e.ctx, cairn.DeleteHeadInput{ThreadID: "a", CheckpointID: head, Writer: w}); err != nil {
+		t.Fatal(err)
+	}
+	var liveCps []cairn.Checkpoint
+	for _, id := range live {
+		liveCps = append(liveCps, byID[id])
+	}
+	rep, err := s.Verify(e.ctx, VerifyOptions{Objects: true})
+	if err != nil || !rep.OK() {
+		t.Fatalf("Verify: %v %v", rep.Problems, err)
+	}
+	refs, err := s.ListBlobReferences(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := wantRefs(liveCps...); !slices.Equal(refs, want) {
+		t.Fatalf("ListBlobReferences: %d references, want %d", len(refs), len(want))
+	}
+	return liveCps
 }

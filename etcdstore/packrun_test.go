@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync/atomic"
@@ -377,38 +376,9 @@ func TestRunsCompatibility(t *testing.T) {
 	if !mixed {
 		t.Fatal("no root of version 6 names a pack of a root of version 5: the test does not cover the two forms in one root")
 	}
-	for dest, src := range map[string]string{"f1": "a-2", "f2": "a-5"} {
-		fw := e.writer(s, dest)
-		root, err := s.ForkFromCheckpoint(e.ctx, cairn.ForkInput{SourceThreadID: "a", SourceCheckpointID: src,
-			DestinationThreadID: dest, DestinationCheckpointID: dest + "-root", CreatedAt: 5000, Writer: fw})
-		if err != nil {
-			t.Fatal(err)
-		}
-		byID[root.ID] = *root
-	}
-	// a-1..a-3 go, then the head a-6.
-	if _, err := s.DeleteCheckpoints(e.ctx, cairn.DeleteCheckpointsInput{ThreadID: "a", Keep: 3, Writer: w}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.DeleteHead(e.ctx, cairn.DeleteHeadInput{ThreadID: "a", CheckpointID: "a-6", Writer: w}); err != nil {
-		t.Fatal(err)
-	}
+	// Forks of a-2 and a-5; a-1..a-3 go, then the head a-6.
 	live := []string{"a-4", "a-5", "f1-root", "f2-root"}
-	var liveCps []cairn.Checkpoint
-	for _, id := range live {
-		liveCps = append(liveCps, byID[id])
-	}
-	rep, err := s.Verify(e.ctx, VerifyOptions{Objects: true})
-	if err != nil || !rep.OK() {
-		t.Fatalf("Verify: %v %v", rep.Problems, err)
-	}
-	refs, err := s.ListBlobReferences(e.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := wantRefs(liveCps...); fmt.Sprint(refs) != fmt.Sprint(want) {
-		t.Fatalf("ListBlobReferences: %d references, want %d", len(refs), len(want))
-	}
+	liveCps := e.forkPruneCheck(t, s, w, map[string]string{"f1": "a-2", "f2": "a-5"}, 3, "a-6", live, byID)
 	wantLive := e.putBlobs(all, liveCps)
 	for _, id := range []string{"a-2", "a-4", "a-5"} {
 		r := roots[id]
