@@ -45,7 +45,8 @@ import (
 // records with an etcd watch from the mirror's revision; a compacted revision
 // costs one paginated range read at a fixed revision, diffed against the
 // mirror; an empty mirror (a new or lost file) is built by that same read.
-// Each Sync persists what changed and the revision in one bbolt transaction.
+// Each Sync persists what changed and the revision in steps (persist, finish)
+// that a crash leaves resumable, each step a bounded bbolt transaction.
 //
 // A Mirror is safe for use by one goroutine at a time.
 type Mirror struct {
@@ -564,8 +565,8 @@ func (m *Mirror) Live(fn func(cairn.BlobReference) error) error {
 	}
 }
 
-// livePage is how many counts Live reads in one transaction; it opens the
-// file again (remap) every liveRemap pages.
+// livePage is how many counts Live reads in one transaction; it releases
+// the file's pages (release) every liveRemap pages.
 const (
 	livePage  = 4096
 	liveRemap = 16
@@ -893,7 +894,9 @@ func recHash(key string, v []byte) uint64 {
 // the file before the next (flush), so that the heap holds one batch's
 // change, not the whole store's; a build that fails discards what it wrote,
 // which loses nothing. Any other sync applies its change at once and writes
-// it in one transaction, so that a failed sync keeps the last state.
+// its records in one transaction (persist), so that a sync that fails
+// before it keeps the last state, and one that fails after it is finished
+// from the file.
 func (m *Mirror) apply(ctx context.Context, ch change, building bool) error {
 	for _, k := range m.ended {
 		m.zeroed[k] = m.rev
