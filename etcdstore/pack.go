@@ -71,24 +71,30 @@ const (
 
 // In the packed form a leaf ends after an entry that is at least the
 // objPackLeafMin-th of its leaf and whose path hash has the bits of
-// objPackLeafCutMask all set (one entry in 4): leaves of ~15 entries, whose
+// objPackLeafCutMask all set (one entry in 4): leaves of ~27 entries, whose
 // sizes vary little. A changed entry rewrites its leaf, and the leaf a
 // change falls in is picked in proportion to its size, so what matters is
 // the mean size of the leaf that holds a given entry: ~31 entries when
 // every entry with its low 4 bits set ends a leaf (sizes spread
-// geometrically around 16), ~16 with the minimum. On B20 a checkpoint
-// stores 324 KiB with leaves of ~64 entries, 235 KiB with ~16 and 195 KiB
-// with ~8 (uncompressed, before the minimum), while B3O's cold Get of
-// 20,000 entries slows as the root, a part a leaf, grows; with compressed
-// members BenchmarkPackedThread stores 72.6 KB a turn with the low 4 bits
-// alone, 50.5 KB with the low 3 bits alone (the root twice as large) and
-// 47.9 KB with this rule (the root as large as with 4 bits). The cut
+// geometrically around 16), ~27 with the minimum. Since leaves are stored
+// as patches against a base (packdelta.go) a changed entry costs about the
+// same whatever its leaf's size, while the root names every leaf and its
+// reference chunk (~80 bytes a leaf); so fewer, larger leaves store less:
+// on BenchmarkPackedThread with the words conversation a turn stored 41.5
+// KB with a minimum of 12 (leaves of ~15 entries; roots 11.0 KB, copies
+// 17.7 KB) and 33.1 KB with 24 (roots 6.6 KB, copies 12.8 KB, new members
+// 13.8 KB against 12.8), and on B20's conversation 18.2 and 15.7 KB; a
+// minimum of 32 stored about as little as 24 on B20. Before patches the
+// balance was the other way (324 KiB a checkpoint on B20 with leaves of
+// ~64 entries, 235 KiB with ~16). The cut
 // depends on the path and on the entry's place in its leaf, that is on
 // where the leaf starts and what it holds, which is all splitTreeCut's
 // reuse of the thread's last split needs; after an insertion or removal
 // the cuts fall back in step at the first path that ends a leaf in both.
+// Leaves cut by an earlier rule stay readable: no reader depends on where
+// leaves end.
 const (
-	objPackLeafMin     = 12
+	objPackLeafMin     = 24
 	objPackLeafCutMask = 3
 )
 

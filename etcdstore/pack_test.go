@@ -68,7 +68,7 @@ func TestPackedCompatibility(t *testing.T) {
 	turn := 0
 	next := func() cairn.Checkpoint {
 		turn++
-		c := capacityTurn("a", turn, 1000, 8000)
+		c := capacityTurn("a", turn, 2000, 8000)
 		all = append(all, c)
 		byID[c.ID] = c
 		return c
