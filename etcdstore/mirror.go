@@ -1711,9 +1711,10 @@ func (e *pendEntry) key() []byte { return e.k[:e.n] }
 // finish applies the change of counts the file holds (the pend bucket, which
 // the sync's first transaction wrote) to the counts: each node's own count,
 // and the counts of its children that are bucket keys, read from the file
-// once. The changes are summed per key and applied in key order,
-// pendBatch keys a transaction, each transaction recording the last key it
-// applied (pendMark) with the counts it wrote, so that a write that stops in
+// once. The changes are summed per key and applied in key order, at most
+// pendBatch keys and pendNodes pages a transaction, each transaction
+// recording the last key it applied (pendMark) with the counts it wrote,
+// so that a write that stops in
 // the middle (an error, a crash) is taken up where it stopped: Sync and the
 // open apply the rest before anything reads the counts. The last
 // transaction also removes the children of the nodes no longer live and the
@@ -1740,11 +1741,11 @@ func (m *Mirror) finish(final bool) error {
 	batch := 0
 	for {
 		batch++
-		n := min(len(es), pendBatch)
-		last := n == len(es)
-		if err := m.applyPending(es[:n], last, final); err != nil {
+		n, err := m.applyPending(es[:min(len(es), pendBatch)], len(es), final)
+		if err != nil {
 			return err
 		}
+		last := n == len(es)
 		if err := m.release(); err != nil {
 			return err
 		}
@@ -1848,10 +1849,18 @@ func (m *Mirror) removePending(final bool, batch int) error {
 	}
 }
 
-// pendBatch is how many keys' counts one transaction of finish writes (a
-// variable for the tests). At most that many count pages are rewritten a
-// transaction, and bbolt holds a buffer for each until its commit.
-var pendBatch = 16384
+// pendBatch is how many keys' counts one transaction of finish writes at
+// most, and pendNodes how many of the file's pages it may open for writing
+// (variables for the tests). bbolt holds each such page decoded, and a
+// buffer for it at the commit, until the transaction ends, and the pages
+// stay mapped until the release that follows: a budget of keys alone
+// bounds neither once a change's keys are sparse enough that each falls on
+// a page of its own (at 10^4 kept a 16,384-key transaction held ~60 MiB of
+// heap; at 10^5 each key is about a page).
+var (
+	pendBatch = 16384
+	pendNodes = 1024
+)
 
 // pendingChange reads the change of counts the file holds, summed per key
 // and sorted, with the last key already applied (empty: none).
@@ -1928,13 +1937,13 @@ func (m *Mirror) pendingChange() ([]pendEntry, []byte, error) {
 	return slices.DeleteFunc(out, func(e pendEntry) bool { return e.d == 0 }), from, nil
 }
 
-// applyPending writes the counts of es (sorted) in one transaction with the
-// mark of the last one, or, when last, the mark that every count is applied
-// (pendApplied).
-func (m *Mirror) applyPending(es []pendEntry, last, final bool) error {
-	if len(es) == 0 && !last {
-		return nil
-	}
+// applyPending writes, in one transaction, the counts of the first keys of
+// es (sorted), until the transaction has opened pendNodes pages, with the
+// mark of the last key it wrote, or, when that key is the last of the left
+// keys the change has still to apply, the mark that every count is applied
+// (pendApplied). It returns how many keys it wrote, at least one.
+func (m *Mirror) applyPending(es []pendEntry, left int, final bool) (int, error) {
+	applied := 0
 	ncounts, csum, nkids := m.ncounts, m.csum, m.nkids
 	written := m.stats.CountsWritten
 	zeroed := map[string]bool{}
@@ -1945,6 +1954,10 @@ func (m *Mirror) applyPending(es []pendEntry, last, final bool) error {
 		}
 		counts := bs[1]
 		for i := range es {
+			if st := tx.Stats(); i > 0 && st.GetNodeCount() >= int64(pendNodes) {
+				break
+			}
+			applied = i + 1
 			k := es[i].key()
 			n := 0
 			if v := counts.Get(k); v != nil {
@@ -1992,8 +2005,8 @@ func (m *Mirror) applyPending(es []pendEntry, last, final bool) error {
 			return err
 		}
 		mark := pendApplied
-		if !last {
-			mark = bytes.Clone(es[len(es)-1].key())
+		if applied < left {
+			mark = bytes.Clone(es[applied-1].key())
 		}
 		if err := bs[0].Put(pendMark, sealed(mark)); err != nil {
 			return err
@@ -2005,11 +2018,11 @@ func (m *Mirror) applyPending(es []pendEntry, last, final bool) error {
 		m.ncounts, m.csum, m.nkids = ncounts, csum, nkids
 		m.stats.CountsWritten = written
 		if errors.Is(err, ErrMirror) {
-			return err
+			return 0, err
 		}
-		return fmt.Errorf("%w: write %s: %w", ErrMirror, m.path, err)
+		return 0, fmt.Errorf("%w: write %s: %w", ErrMirror, m.path, err)
 	}
-	return nil
+	return applied, nil
 }
 
 // encodeDelta and decodeDelta encode a key's change of count in the pend

@@ -388,14 +388,22 @@ func TestMirrorDifferential(t *testing.T) {
 		}
 	})
 	// Counts applied a few keys a transaction, the file read a few entries
-	// a transaction and opened again between, and lookups a few at a time.
-	t.Run("small steps", func(t *testing.T) {
-		defer func(p, b, l, k int) { pendBatch, scanBytes, lookRemap, kidsBatch = p, b, l, k }(pendBatch, scanBytes, lookRemap, kidsBatch)
-		pendBatch, scanBytes, lookRemap, kidsBatch = 3, 200, 2, 2
-		if err := runDifferential(t, 4, steps, mirrorFault{}); err != nil {
-			t.Fatal(err)
-		}
-	})
+	// a transaction and opened again between, and lookups a few at a time;
+	// then counts applied until a transaction has opened a few pages.
+	for _, c := range []struct {
+		name        string
+		batch, pags int
+	}{{"small steps", 3, 1024}, {"few pages a transaction", 16384, 3}} {
+		t.Run(c.name, func(t *testing.T) {
+			defer func(p, n, b, l, k int) {
+				pendBatch, pendNodes, scanBytes, lookRemap, kidsBatch = p, n, b, l, k
+			}(pendBatch, pendNodes, scanBytes, lookRemap, kidsBatch)
+			pendBatch, pendNodes, scanBytes, lookRemap, kidsBatch = c.batch, c.pags, 200, 2, 2
+			if err := runDifferential(t, 4, steps, mirrorFault{}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
 }
 
 // TestMirrorDifferentialCatchesBroken runs the differential test against
