@@ -1722,45 +1722,48 @@ func (e *pendEntry) key() []byte { return e.k[:e.n] }
 // what the file then holds, so the open's check holds after each. Errors: the
 // file could not be written (ErrMirror), or the change, a node's children or
 // a count fails its checksum (ErrMirror; the file is then rebuilt).
-func (m *Mirror) finish(final bool) error {
-	es, from, err := m.pendingChange()
+func (m *Mirror) finish(final bool) (err error) {
+	es, _, err := m.pendingChange()
 	if err != nil {
-		m.readErr = err
+		if !errors.Is(err, errSpill) {
+			m.readErr = err
+		}
 		return err
 	}
+	defer func() {
+		if cerr := es.close(); cerr != nil && err == nil {
+			err = fmt.Errorf("%w: %w: %w", ErrMirror, errSpill, cerr)
+		}
+	}()
 	if err := m.release(); err != nil {
 		return err
 	}
-	if len(from) > 0 && !m.broken.reapply {
-		i, _ := slices.BinarySearchFunc(es, from, func(e pendEntry, k []byte) int { return bytes.Compare(e.key(), k) })
-		if i < len(es) && bytes.Equal(es[i].key(), from) {
-			i++
-		}
-		es = es[i:]
-	}
+	it := &pendIter{s: es}
 	batch := 0
 	for {
 		batch++
-		n, err := m.applyPending(es[:min(len(es), pendBatch)], len(es), final)
+		done, err := m.applyPending(it, final)
 		if err != nil {
 			return err
 		}
-		last := n == len(es)
 		if err := m.release(); err != nil {
 			return err
 		}
-		es = es[n:]
 		if m.broken.afterApply != nil {
 			if err := m.broken.afterApply(batch, false); err != nil {
 				return err
 			}
 		}
-		if last {
+		if done {
 			break
 		}
 	}
 	return m.removePending(final, batch)
 }
+
+// errSpill marks an error of finish's spill file (mirrorsort.go): the
+// file is not at fault, and is not rebuilt for it.
+var errSpill = errors.New("the expanded change's spill file")
 
 // pendApplied is the mark of a change whose counts are all applied: it
 // sorts after every packed key and node id.
@@ -1864,8 +1867,7 @@ var (
 
 // pendingChange reads the change of counts the file holds, summed per key
 // and sorted, with the last key already applied (empty: none).
-func (m *Mirror) pendingChange() ([]pendEntry, []byte, error) {
-	var es []pendEntry
+func (m *Mirror) pendingChange() (*pendSorter, []byte, error) {
 	var from []byte
 	bad := func(what string) error { return fmt.Errorf("%w: %s: %s", ErrMirror, m.path, what) }
 	err := m.db.View(func(tx *bolt.Tx) error {
@@ -1879,14 +1881,21 @@ func (m *Mirror) pendingChange() ([]pendEntry, []byte, error) {
 		from = bytes.Clone(mark)
 		return nil
 	})
+	es := newPendSorter(m.db.Path())
 	if err == nil && bytes.Equal(from, pendApplied) {
-		return nil, from, nil // every count applied: only the removal is left
+		return es, from, nil // every count applied: only the removal is left
 	}
-	add := func(k []byte, d int) {
-		var e pendEntry
-		e.n = uint8(copy(e.k[:], k))
-		e.d = int32(d)
-		es = append(es, e)
+	skip := len(from) > 0 && !m.broken.reapply
+	var spillErr error
+	add := func(k []byte, d int) error {
+		if skip && bytes.Compare(k, from) <= 0 {
+			return nil // applied before the write stopped
+		}
+		if err := es.add(k, d); err != nil {
+			spillErr = fmt.Errorf("%w: %w: %w", ErrMirror, errSpill, err)
+			return spillErr
+		}
+		return nil
 	}
 	if err == nil {
 		err = m.scan(mirrorPend, func(tx *bolt.Tx, k, v []byte) (int, error) {
@@ -1894,7 +1903,9 @@ func (m *Mirror) pendingChange() ([]pendEntry, []byte, error) {
 			if !ok || packedSize(k) != len(k) {
 				return 0, bad("an unapplied change fails its checksum")
 			}
-			add(k, d)
+			if err := add(k, d); err != nil {
+				return 0, err
+			}
 			if !isNode(string(k)) {
 				return 0, nil
 			}
@@ -1912,53 +1923,60 @@ func (m *Mirror) pendingChange() ([]pendEntry, []byte, error) {
 				case n == 0 || (n == nodeLen && k[1] != nodeRoot):
 					return 0, bad("a node's children do not decode")
 				case n == packedLen:
-					add(body[:n], d)
+					if err := add(body[:n], d); err != nil {
+						return 0, err
+					}
 				}
 				body = body[n:]
 			}
 			return read, nil
 		})
 	}
+	if spillErr != nil {
+		err = spillErr
+	}
 	if err != nil {
+		es.close()
 		if !errors.Is(err, ErrMirror) {
 			err = fmt.Errorf("%w: read %s: %w", ErrMirror, m.path, err)
 		}
 		return nil, nil, err
 	}
-	slices.SortFunc(es, func(a, b pendEntry) int { return bytes.Compare(a.key(), b.key()) })
-	out := es[:0]
-	for _, e := range es {
-		if len(out) > 0 && bytes.Equal(out[len(out)-1].key(), e.key()) {
-			out[len(out)-1].d += e.d
-			continue
-		}
-		out = append(out, e)
-	}
-	return slices.DeleteFunc(out, func(e pendEntry) bool { return e.d == 0 }), from, nil
+	return es, from, nil
 }
 
-// applyPending writes, in one transaction, the counts of the first keys of
-// es (sorted), until the transaction has opened pendNodes pages, with the
-// mark of the last key it wrote, or, when that key is the last of the left
-// keys the change has still to apply, the mark that every count is applied
-// (pendApplied). It returns how many keys it wrote, at least one.
-func (m *Mirror) applyPending(es []pendEntry, left int, final bool) (int, error) {
-	applied := 0
+// applyPending writes, in one transaction, the counts of the next keys of
+// the change it hands out, until the transaction has written pendBatch
+// keys or opened pendNodes pages, with the mark of the last key it wrote,
+// or, when no key is left (done), the mark that every count is applied
+// (pendApplied). It writes at least one key unless none was left.
+func (m *Mirror) applyPending(it *pendIter, final bool) (done bool, err error) {
 	ncounts, csum, nkids := m.ncounts, m.csum, m.nkids
 	written := m.stats.CountsWritten
 	zeroed := map[string]bool{}
-	err := m.db.Update(func(tx *bolt.Tx) error {
+	applied := 0
+	err = m.db.Update(func(tx *bolt.Tx) error {
 		bs, err := mirrorBuckets(tx, mirrorMeta, mirrorCounts, mirrorZero, mirrorKids)
 		if err != nil {
 			return err
 		}
 		counts := bs[1]
-		for i := range es {
-			if st := tx.Stats(); i > 0 && st.GetNodeCount() >= int64(pendNodes) {
+		var last pendEntry
+		for applied < pendBatch {
+			e, err := it.peek()
+			if err != nil {
+				return fmt.Errorf("%w: %w: %w", ErrMirror, errSpill, err)
+			}
+			if e == nil {
 				break
 			}
-			applied = i + 1
-			k := es[i].key()
+			if st := tx.Stats(); applied > 0 && st.GetNodeCount() >= int64(pendNodes) {
+				break
+			}
+			last = *e
+			it.pop()
+			applied++
+			k := last.key()
 			n := 0
 			if v := counts.Get(k); v != nil {
 				var ok bool
@@ -1967,7 +1985,7 @@ func (m *Mirror) applyPending(es []pendEntry, left int, final bool) (int, error)
 					return m.readErr
 				}
 			}
-			now := max(n+int(es[i].d), 0) // below 0 cannot happen while the counts are exact
+			now := max(n+int(last.d), 0) // below 0 cannot happen while the counts are exact
 			if now == n {
 				continue
 			}
@@ -2004,9 +2022,14 @@ func (m *Mirror) applyPending(es []pendEntry, left int, final bool) (int, error)
 		if err := m.writeZeroed(bs[2]); err != nil {
 			return err
 		}
+		e, err := it.peek()
+		if err != nil {
+			return fmt.Errorf("%w: %w: %w", ErrMirror, errSpill, err)
+		}
+		done = e == nil
 		mark := pendApplied
-		if applied < left {
-			mark = bytes.Clone(es[applied-1].key())
+		if !done {
+			mark = bytes.Clone(last.key())
 		}
 		if err := bs[0].Put(pendMark, sealed(mark)); err != nil {
 			return err
@@ -2018,11 +2041,11 @@ func (m *Mirror) applyPending(es []pendEntry, left int, final bool) (int, error)
 		m.ncounts, m.csum, m.nkids = ncounts, csum, nkids
 		m.stats.CountsWritten = written
 		if errors.Is(err, ErrMirror) {
-			return 0, err
+			return false, err
 		}
-		return 0, fmt.Errorf("%w: write %s: %w", ErrMirror, m.path, err)
+		return false, fmt.Errorf("%w: write %s: %w", ErrMirror, m.path, err)
 	}
-	return applied, nil
+	return done, nil
 }
 
 // encodeDelta and decodeDelta encode a key's change of count in the pend

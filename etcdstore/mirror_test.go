@@ -389,16 +389,18 @@ func TestMirrorDifferential(t *testing.T) {
 	})
 	// Counts applied a few keys a transaction, the file read a few entries
 	// a transaction and opened again between, and lookups a few at a time;
-	// then counts applied until a transaction has opened a few pages.
+	// then counts applied until a transaction has opened a few pages; then
+	// the expanded change sorted through its spill file.
 	for _, c := range []struct {
 		name        string
 		batch, pags int
-	}{{"small steps", 3, 1024}, {"few pages a transaction", 16384, 3}} {
+		spill       int
+	}{{"small steps", 3, 1024, 1 << 18}, {"few pages a transaction", 16384, 3, 1 << 18}, {"change spilled", 16384, 1024, 5}} {
 		t.Run(c.name, func(t *testing.T) {
-			defer func(p, n, b, l, k int) {
-				pendBatch, pendNodes, scanBytes, lookRemap, kidsBatch = p, n, b, l, k
-			}(pendBatch, pendNodes, scanBytes, lookRemap, kidsBatch)
-			pendBatch, pendNodes, scanBytes, lookRemap, kidsBatch = c.batch, c.pags, 200, 2, 2
+			defer func(p, n, b, l, k, s int) {
+				pendBatch, pendNodes, scanBytes, lookRemap, kidsBatch, pendSpill = p, n, b, l, k, s
+			}(pendBatch, pendNodes, scanBytes, lookRemap, kidsBatch, pendSpill)
+			pendBatch, pendNodes, scanBytes, lookRemap, kidsBatch, pendSpill = c.batch, c.pags, 200, 2, 2, c.spill
 			if err := runDifferential(t, 4, steps, mirrorFault{}); err != nil {
 				t.Fatal(err)
 			}
@@ -1166,7 +1168,8 @@ func copyFile(from, to string) error {
 }
 
 // A sync writes its change of counts after its records, in batches of
-// pendBatch keys, each transaction marking how far it got. A write that stops
+// pendBatch keys, each transaction marking how far it got, the change sorted
+// through its spill file (pendSpill 16). A write that stops
 // after any batch (an error, or a crash: the file as it was then) is taken up
 // where it stopped, by the next sync of the same mirror or by the open of
 // the file; until then the mirror reports every key as referenced and names
@@ -1174,8 +1177,8 @@ func copyFile(from, to string) error {
 // change from its start again, ignoring the mark, is caught by the full
 // run's comparison.
 func TestMirrorApplyInBatches(t *testing.T) {
-	defer func(n, k int) { pendBatch, kidsBatch = n, k }(pendBatch, kidsBatch)
-	pendBatch, kidsBatch = 2, 1
+	defer func(n, k, p int) { pendBatch, kidsBatch, pendSpill = n, k, p }(pendBatch, kidsBatch, pendSpill)
+	pendBatch, kidsBatch, pendSpill = 2, 1, 16
 	b := newMirrorBed(t, 11, mirrorFault{})
 	ctx := b.e.ctx
 	for range 12 {
@@ -1244,8 +1247,11 @@ func TestMirrorApplyInBatches(t *testing.T) {
 			if !b.m.pending {
 				t.Fatalf("the sync's write stopped (%v), and the mirror does not say so", err)
 			}
-			_, mark, err := b.m.pendingChange()
+			es, mark, err := b.m.pendingChange()
 			if err != nil {
+				t.Fatal(err)
+			}
+			if err := es.close(); err != nil {
 				t.Fatal(err)
 			}
 			if got := b.m.Zeroed(); len(got) != 0 {
