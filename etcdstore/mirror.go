@@ -1793,32 +1793,43 @@ func (m *Mirror) removePending(final bool, batch int) error {
 			// the bucket keys' entries go with the bucket.
 			// A transaction deletes the children of at most lookRemap
 			// nodes: each rewrites a page of children, which bbolt's
-			// commit reads again through the map.
-			var ks [][]byte
+			// commit reads again through the map. The pages the lookups
+			// map are released every lookRemap lookups.
+			type entry struct {
+				k    []byte
+				dead bool
+			}
+			var es []entry
 			dead := 0
 			c := pend.Cursor()
 			k, _ := c.First()
-			for ; k != nil && isNode(string(k)) && len(ks) < pendBatch && dead < lookRemap; k, _ = c.Next() {
-				key := bytes.Clone(k)
-				ks = append(ks, key)
-				if counts.Get(key) == nil && kids.Get(key) != nil {
+			for ; k != nil && isNode(string(k)) && len(es) < pendBatch && dead < lookRemap; k, _ = c.Next() {
+				if len(es)%lookRemap == lookRemap-1 {
+					if err := m.releaseInTx(); err != nil {
+						return err
+					}
+				}
+				e := entry{k: bytes.Clone(k)}
+				e.dead = counts.Get(e.k) == nil && kids.Get(e.k) != nil
+				if e.dead {
 					dead++
 				}
+				es = append(es, e)
 			}
 			more := k != nil && isNode(string(k))
-			for i, k := range ks {
+			for i, e := range es {
 				if i%lookRemap == lookRemap-1 {
 					if err := m.releaseInTx(); err != nil {
 						return err
 					}
 				}
-				if counts.Get(k) == nil && kids.Get(k) != nil {
+				if e.dead {
 					m.nkids--
-					if err := kids.Delete(k); err != nil {
+					if err := kids.Delete(e.k); err != nil {
 						return err
 					}
 				}
-				if err := pend.Delete(k); err != nil {
+				if err := pend.Delete(e.k); err != nil {
 					return err
 				}
 			}
