@@ -237,7 +237,7 @@ func (s *Store) object(ctx context.Context, d keys.Digest) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: %w", err)
 	}
-	s.objCache.put(d, b)
+	s.objCache.put(ctx, d, b)
 	return b, nil
 }
 
@@ -337,6 +337,18 @@ func parseRoot(s string) (keys.Digest, error) {
 	return d, nil
 }
 
+// uncachedKey marks a context made by withoutCaching.
+type uncachedKey struct{}
+
+// withoutCaching returns ctx marked so that the objects read under it are
+// not kept in the store's object cache (they are still taken from it): a
+// reader that reads each object once, such as the mirror, does not displace
+// what the store's other readers keep, nor hold the cache's bytes in a
+// process that reads nothing else.
+func withoutCaching(ctx context.Context) context.Context {
+	return context.WithValue(ctx, uncachedKey{}, true)
+}
+
 // objCache is a bounded LRU of verified object bytes by digest. Objects are
 // immutable, so an entry never goes stale.
 type objCache struct {
@@ -367,8 +379,10 @@ func (c *objCache) get(d keys.Digest) ([]byte, bool) {
 	return e.Value.(*objCacheEntry).b, true
 }
 
-func (c *objCache) put(d keys.Digest, b []byte) {
-	if len(b) > c.max/4 {
+// put keeps b as the bytes of the object d, unless ctx was made by
+// withoutCaching.
+func (c *objCache) put(ctx context.Context, d keys.Digest, b []byte) {
+	if len(b) > c.max/4 || ctx.Value(uncachedKey{}) != nil {
 		return
 	}
 	c.mu.Lock()

@@ -433,9 +433,10 @@ func (e *v2Env) sweepKeeps(s *Store, want map[string]bool, live []string, byID m
 // TestObjectCache checks the LRU bound and order.
 func TestObjectCache(t *testing.T) {
 	c := newObjCache(100)
+	ctx := context.Background()
 	d := func(i byte) keys.Digest { return keys.Digest{i} }
 	for i := range byte(10) {
-		c.put(d(i), make([]byte, 20))
+		c.put(ctx, d(i), make([]byte, 20))
 	}
 	if c.size > 100 {
 		t.Fatalf("cache holds %d bytes, more than its bound", c.size)
@@ -446,9 +447,13 @@ func TestObjectCache(t *testing.T) {
 	if _, ok := c.get(d(9)); !ok {
 		t.Fatal("the newest entry is gone")
 	}
-	c.put(d(50), make([]byte, 30)) // more than a quarter: not cached
+	c.put(ctx, d(50), make([]byte, 30)) // more than a quarter: not cached
 	if _, ok := c.get(d(50)); ok {
 		t.Fatal("an entry above a quarter of the bound was cached")
+	}
+	c.put(withoutCaching(ctx), d(51), make([]byte, 10))
+	if _, ok := c.get(d(51)); ok {
+		t.Fatal("an entry read without caching was cached")
 	}
 }
 

@@ -649,7 +649,7 @@ func (s *Store) fetchMembers(ctx context.Context, parts []objPart, whole map[key
 		m := make(map[keys.Digest][]byte, len(ps))
 		for j, p := range ps {
 			if got[j] != nil {
-				s.objCache.put(p.digest, got[j])
+				s.objCache.put(ctx, p.digest, got[j])
 				m[p.digest] = got[j]
 			}
 		}
@@ -672,7 +672,7 @@ func (s *Store) fetchMembers(ctx context.Context, parts []objPart, whole map[key
 		if err != nil {
 			return nil, fmt.Errorf("etcdstore: pack %s: %w", objectKey(p.at.pack), objError(p.digest, err))
 		}
-		s.objCache.put(p.digest, b)
+		s.objCache.put(ctx, p.digest, b)
 		out[p.digest] = b
 	}
 	for _, m := range members {

@@ -137,7 +137,7 @@ func (s *Store) fetchVerified(ctx context.Context, parts []objPart, whole map[ke
 		if err != nil {
 			return nil, fmt.Errorf("etcdstore: %w", objError(p.digest, err))
 		}
-		s.objCache.put(p.digest, o.data)
+		s.objCache.put(ctx, p.digest, o.data)
 		got[o.digest] = o.data
 	}
 	for d, b := range cached {
