@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -78,8 +79,12 @@ type Mirror struct {
 	ncounts, csum uint64
 	nkids         uint64
 	ovRecs        map[string]ovRec
-	ovCounts      map[string]int // nodes' counts only; see pend
-	ovKids        map[string]ovKids
+	ovCounts      map[string]int      // nodes' counts only; see pend
+	ovKids        map[string][]string // the children of the nodes the sync made live
+	// kidsHeld counts the children in ovKids, and aheadN the nodes the
+	// sync wrote ahead of its change (writeAhead), which the change's
+	// transaction adopts.
+	kidsHeld, aheadN int
 	// pend is the change of counts the current sync has summed and not yet
 	// written: each node's, which its children that are bucket keys share
 	// (a node's children that are nodes are in the overlay's nodes), and
@@ -420,6 +425,7 @@ func (m *Mirror) writeHeader(clear bool) error {
 func (m *Mirror) reset() {
 	m.rev, m.cluster, m.gap, m.listed = 0, 0, 0, 0
 	m.flushed, m.pending, m.ahead = false, false, false
+	m.aheadN = 0
 	m.nrecs, m.rsum, m.ncounts, m.csum, m.nkids = 0, 0, 0, 0, 0
 	m.clearOverlay()
 	m.zeroed = map[string]int64{}
@@ -432,7 +438,8 @@ func (m *Mirror) reset() {
 func (m *Mirror) clearOverlay() {
 	m.ovRecs = map[string]ovRec{}
 	m.ovCounts = map[string]int{}
-	m.ovKids = map[string]ovKids{}
+	m.ovKids = map[string][]string{}
+	m.kidsHeld = 0
 	m.pend = map[string]int{}
 	m.parts = map[keys.Digest]objPart{}
 }
@@ -440,13 +447,6 @@ func (m *Mirror) clearOverlay() {
 // An ovRec is a record as the current sync left it (ok false: removed).
 type ovRec struct {
 	v  []byte
-	ok bool
-}
-
-// An ovKids is a node's children as the current sync left them (ok false:
-// the node is no longer live).
-type ovKids struct {
-	ks []string
 	ok bool
 }
 
@@ -474,11 +474,21 @@ func (m *Mirror) look(b []byte, k string) ([]byte, bool) {
 		out, ok = bytes.Clone(body), true
 		return nil
 	}
+	m.looks++
 	if m.rtx != nil {
-		m.looks++
 		_ = get(m.rtx)
-	} else if err := m.db.View(get); err != nil {
+		return out, ok
+	}
+	if err := m.db.View(get); err != nil {
 		m.readErr = fmt.Errorf("%w: read %s: %w", ErrMirror, m.path, err)
+	}
+	// Outside a sync (Count, Zeroed), the pages these lookups map are
+	// released as a sync's are (reread).
+	if m.looks >= lookRemap {
+		m.looks = 0
+		if err := m.release(); err != nil {
+			m.s.log.Warn("etcdstore: mirror file's pages not released", "path", m.path, "err", err)
+		}
 	}
 	return out, ok
 }
@@ -494,8 +504,8 @@ func (m *Mirror) rec(key string) []byte {
 
 // kidsOf returns the children of the live node k, or false if it is not live.
 func (m *Mirror) kidsOf(k string) ([]string, bool) {
-	if o, ok := m.ovKids[k]; ok {
-		return o.ks, o.ok
+	if ks, ok := m.ovKids[k]; ok {
+		return ks, true
 	}
 	v, ok := m.look(mirrorKids, k)
 	if !ok {
@@ -583,12 +593,11 @@ func (m *Mirror) Referenced(key string) bool { return m.Count(key) > 0 }
 // returns; earlier ones only a listing of the bucket finds.
 func (m *Mirror) Zeroed() []string {
 	var out []string
-	for k := range m.zeroed {
+	for _, k := range slices.Sorted(maps.Keys(m.zeroed)) { // the file's lookups in order
 		if m.Count(k) == 0 {
 			out = append(out, k)
 		}
 	}
-	slices.Sort(out)
 	return out
 }
 
@@ -765,14 +774,18 @@ func (m *Mirror) edges(key string, v []byte) ([]string, error) {
 
 // read reads from the bucket what the nodes ids keep, through the functions
 // the walk uses (objRoot.namedObjects, objRoot.convObjects, fetchParts,
-// countListings): a record form they learn flows into the mirror. Roots are
-// read objectParallel at a time; reference chunks all in one fetchParts, as
-// the walk reads them, so that the members of one pack cost one request. A
-// root's reference chunks are remembered with where they are (a packed
-// root's are members of packs) until their own nodes are read, in the same
-// sync.
-func (m *Mirror) read(ctx context.Context, ids []string) ([][]string, error) {
-	out := make([][]string, len(ids))
+// countListings): a record form they learn flows into the mirror. It calls
+// fn with each node's index in ids and its children, in the caller's
+// goroutine, and stops at fn's error. Roots are read objectParallel at a
+// time; reference chunks chunkBatch at a time in the order of the packs that
+// hold them, each batch in one fetchParts, as the walk reads them, so that
+// the members of one pack cost one request and the heap holds one batch's
+// bodies, not a sync's. What it reads does not go to the store's object
+// cache (withoutCaching). A root's reference chunks are remembered with where
+// they are (a packed root's are members of packs) until their own nodes are
+// read, in the same sync.
+func (m *Mirror) read(ctx context.Context, ids []string, fn func(i int, kids []string) error) error {
+	ctx = withoutCaching(ctx) // each object is read once: kept in the file, not the cache
 	var roots, chunks []int
 	for i, id := range ids {
 		if id[1] == nodeChunk {
@@ -781,6 +794,7 @@ func (m *Mirror) read(ctx context.Context, ids []string) ([][]string, error) {
 			roots = append(roots, i)
 		}
 	}
+	out := make([][]string, len(roots))
 	var mu sync.Mutex
 	err := forEach(ctx, len(roots), objectParallel, func(ctx context.Context, j int) error {
 		i := roots[j]
@@ -810,12 +824,17 @@ func (m *Mirror) read(ctx context.Context, ids []string) ([][]string, error) {
 				kids = append(kids, nodeID(nodeChunk, c.digest))
 			}
 		}
-		out[i] = kids
+		out[j] = kids
 		m.stats.ObjectReads++
 		return nil
 	})
-	if err != nil || len(chunks) == 0 {
-		return out, err
+	if err != nil {
+		return err
+	}
+	for j, i := range roots {
+		if err := fn(i, out[j]); err != nil {
+			return err
+		}
 	}
 	parts := make([]objPart, len(chunks))
 	for j, i := range chunks {
@@ -826,35 +845,78 @@ func (m *Mirror) read(ctx context.Context, ids []string) ([][]string, error) {
 		}
 		parts[j] = p
 	}
-	if err := m.pace(ctx, len(parts)); err != nil {
-		return nil, err
+	// In the order of the packs read for them, so that a batch ends
+	// between packs where it can: a pack read by two batches is read twice.
+	order := make([]int, len(chunks))
+	places := make([][2]keys.Digest, len(chunks))
+	for j := range order {
+		order[j], places[j] = j, readPlace(parts[j])
 	}
-	got, err := m.s.fetchParts(ctx, parts)
-	if err != nil {
-		return nil, err
-	}
-	m.stats.ObjectReads += int64(len(chunks))
-	for j, i := range chunks {
-		refs, err := countListings([]refListing{{chunks: []keys.Digest{parts[j].digest}}}, func(key string) ([]byte, error) {
-			if b, ok := got[key]; ok {
-				return b, nil
-			}
-			return nil, bucket.ErrNotFound
-		})
+	slices.SortStableFunc(order, func(a, b int) int {
+		return cmp.Or(bytes.Compare(places[a][0][:], places[b][0][:]), bytes.Compare(places[a][1][:], places[b][1][:]))
+	})
+	for len(order) > 0 {
+		n := min(len(order), chunkBatch)
+		for n < len(order) && n < 2*chunkBatch && places[order[n]][0] == places[order[n-1]][0] && places[order[n]][0] != (keys.Digest{}) {
+			n++ // the rest of the members read with the same pack
+		}
+		batch := make([]objPart, n)
+		for k, j := range order[:n] {
+			batch[k] = parts[j]
+		}
+		if err := m.pace(ctx, n); err != nil {
+			return err
+		}
+		got, err := m.s.fetchParts(ctx, batch)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		kids := make([]string, len(refs))
-		for k, r := range refs {
-			p, ok := packKey(r.Key)
-			if !ok {
-				return nil, corrupt("reference chunk", []byte(ids[i][2:]), fmt.Errorf("names %q, not a blob key", r.Key))
+		m.stats.ObjectReads += int64(n)
+		for k, j := range order[:n] {
+			i := chunks[j]
+			refs, err := countListings([]refListing{{chunks: []keys.Digest{batch[k].digest}}}, func(key string) ([]byte, error) {
+				if b, ok := got[key]; ok {
+					return b, nil
+				}
+				return nil, bucket.ErrNotFound
+			})
+			if err != nil {
+				return err
 			}
-			kids[k] = p
+			kids := make([]string, len(refs))
+			for x, r := range refs {
+				p, ok := packKey(r.Key)
+				if !ok {
+					return corrupt("reference chunk", []byte(ids[i][2:]), fmt.Errorf("names %q, not a blob key", r.Key))
+				}
+				kids[x] = p
+			}
+			if err := fn(i, kids); err != nil {
+				return err
+			}
 		}
-		out[i] = kids
+		order = order[n:]
 	}
-	return out, nil
+	return nil
+}
+
+// chunkBatch is how many reference chunks read fetches at once (a variable
+// for the tests); a batch is extended, up to twice that, to the end of the
+// chunks read with its last pack.
+var chunkBatch = 1024
+
+// readPlace returns the packs a reference chunk's read begins with and
+// reads it from: for a chunk made from a leaf, the leaf's; for a leaf
+// stored as a patch, the pack of the leaf it patches, then its own; zero
+// for an object of its own. Chunks of one thread's turns share the first.
+func readPlace(p objPart) [2]keys.Digest {
+	if p.at.base != nil {
+		p = *p.at.base
+	}
+	if p.at.delta != nil {
+		return [2]keys.Digest{p.at.delta.pack, p.at.pack}
+	}
+	return [2]keys.Digest{p.at.pack, p.at.pack}
 }
 
 // change is the records a sync changed: each key's value before the sync
@@ -944,12 +1006,7 @@ func (m *Mirror) flush() error {
 			return err
 		}
 	}
-	rtx, err := m.db.Begin(false)
-	if err != nil {
-		return fmt.Errorf("%w: read %s: %w", ErrMirror, m.path, err)
-	}
-	m.rtx = rtx
-	return nil
+	return m.beginRead()
 }
 
 // applyRecords applies the change of the records recs (keys of ch).
@@ -1031,17 +1088,18 @@ func (m *Mirror) applyRecords(ctx context.Context, ch change, recs []string) err
 				}
 			}
 		}
-		got, err := m.read(ctx, fresh)
-		if err != nil {
-			return fmt.Errorf("etcdstore: mirror: read the objects of new roots: %w", err)
-		}
-		for i, k := range fresh {
-			m.ovKids[k] = ovKids{ks: got[i], ok: true}
-			for _, c := range got[i] {
+		err := m.read(ctx, fresh, func(i int, kids []string) error {
+			m.ovKids[fresh[i]] = kids
+			m.kidsHeld += len(kids)
+			for _, c := range kids {
 				if isNode(c) {
 					next[c] += freshBy[i]
 				}
 			}
+			return m.spillKids()
+		})
+		if err != nil {
+			return fmt.Errorf("etcdstore: mirror: read the objects of new roots: %w", err)
 		}
 		delta = next
 	}
@@ -1081,11 +1139,9 @@ func (m *Mirror) Sync(ctx context.Context) (int64, error) {
 			return m.abandon(err)
 		}
 	}
-	rtx, err := m.db.Begin(false)
-	if err != nil {
-		return m.rev, fmt.Errorf("%w: read %s: %w", ErrMirror, m.path, err)
+	if err := m.beginRead(); err != nil {
+		return m.rev, err
 	}
-	m.rtx = rtx
 	defer m.endRead()
 	ch := change{}
 	building := m.rev == 0
@@ -1215,10 +1271,21 @@ func (m *Mirror) reread() error {
 }
 
 // lookRemap is how many lookups at random places a sync makes through one
-// read transaction (reread), and how many nodes one transaction of the
+// read transaction (reread), or Count makes outside a sync, between two
+// releases of the file's pages, and how many nodes one transaction of the
 // change's removal looks up (a variable for the tests): with fault-around
 // (see pageBytes), about 16 MiB of the file mapped.
 var lookRemap = 256
+
+// beginRead begins the sync's read transaction. Errors: ErrMirror.
+func (m *Mirror) beginRead() error {
+	rtx, err := m.db.Begin(false)
+	if err != nil {
+		return fmt.Errorf("%w: read %s: %w", ErrMirror, m.path, err)
+	}
+	m.rtx = rtx
+	return nil
+}
 
 // endRead ends the sync's read transaction, if any.
 func (m *Mirror) endRead() {
@@ -1505,13 +1572,13 @@ func decodeKidsBody(b []byte) ([]string, bool) {
 // each transaction writes. With final false the headers written say that
 // the file is unfinished (a cold build's batch).
 func (m *Mirror) persist(final bool) error {
-	ahead, err := m.writeAhead()
-	if err != nil {
+	if err := m.writeAhead(); err != nil {
 		return err
 	}
+	ahead := m.aheadN
 	nrecs, rsum, nkids := m.nrecs, m.rsum, m.nkids
 	pend := false
-	err = m.db.Update(func(tx *bolt.Tx) error {
+	err := m.db.Update(func(tx *bolt.Tx) error {
 		bs, err := mirrorBuckets(tx, mirrorMeta, mirrorRecs, mirrorKids, mirrorZero, mirrorPend)
 		if err != nil {
 			return err
@@ -1562,7 +1629,7 @@ func (m *Mirror) persist(final bool) error {
 		m.nrecs, m.rsum, m.nkids = nrecs, rsum, nkids
 		return fmt.Errorf("%w: write %s: %w", ErrMirror, m.path, err)
 	}
-	m.ahead = false
+	m.ahead, m.aheadN = false, 0
 	m.clearOverlay()
 	if !pend {
 		return nil
@@ -1571,17 +1638,17 @@ func (m *Mirror) persist(final bool) error {
 	return m.finish(final)
 }
 
-// writeAhead writes the children of the nodes the sync made live before the
-// sync's change, kidsBatch nodes a transaction, listing each node in the
-// bucket ahead, and returns how many it wrote. The change's transaction
-// adopts them (counts them in the header and removes the list); a write that
-// stops before it leaves them listed, and the next sync or open removes them
+// writeAhead writes the children of the nodes the sync made live (ovKids)
+// to the file ahead of the sync's change, kidsBatch nodes a transaction,
+// listing each node in the bucket ahead, and empties ovKids; aheadN counts
+// the nodes written ahead over the sync. The change's transaction adopts
+// them (counts them in the header and removes the list); a write that stops
+// before it leaves them listed, and the next sync or open removes them
 // (dropAhead). When a sync makes many nodes live their children are many
 // pages' worth, spread over the bucket: in the change's one transaction,
 // bbolt would hold all those pages at once. Errors: ErrMirror.
-func (m *Mirror) writeAhead() (int, error) {
+func (m *Mirror) writeAhead() error {
 	ks := slices.Sorted(maps.Keys(m.ovKids))
-	n := 0
 	for len(ks) > 0 {
 		b := min(len(ks), kidsBatch)
 		m.ahead = true
@@ -1591,7 +1658,7 @@ func (m *Mirror) writeAhead() (int, error) {
 				return err
 			}
 			for _, k := range ks[:b] {
-				if err := bs[0].Put([]byte(k), encodeKids(m.ovKids[k].ks)); err != nil {
+				if err := bs[0].Put([]byte(k), encodeKids(m.ovKids[k])); err != nil {
 					return err
 				}
 				if err := bs[1].Put([]byte(k), sealed(nil)); err != nil {
@@ -1601,21 +1668,50 @@ func (m *Mirror) writeAhead() (int, error) {
 			return nil
 		})
 		if err != nil {
-			return n, fmt.Errorf("%w: write %s: %w", ErrMirror, m.path, err)
+			return fmt.Errorf("%w: write %s: %w", ErrMirror, m.path, err)
+		}
+		for _, k := range ks[:b] {
+			m.kidsHeld -= len(m.ovKids[k])
+			delete(m.ovKids, k)
 		}
 		if err := m.release(); err != nil {
-			return n, err
+			return err
 		}
-		n += b
+		m.aheadN += b
 		ks = ks[b:]
 		if m.broken.afterAhead != nil {
-			if err := m.broken.afterAhead(n / kidsBatch); err != nil {
-				return n, err
+			if err := m.broken.afterAhead(m.aheadN / kidsBatch); err != nil {
+				return err
 			}
 		}
 	}
-	return n, nil
+	return nil
 }
+
+// spillKids writes the children the sync holds for the nodes it made live
+// ahead of its change (writeAhead) once they number kidsSpill, in the middle
+// of the sync's apply, so that the heap holds at most about kidsSpill
+// children however many nodes a sync makes live; lookups then find them in
+// the file. The sync's read transaction is begun again after the write.
+// Errors: a value in the file failed its checksum (readErr), or ErrMirror.
+func (m *Mirror) spillKids() error {
+	if m.kidsHeld < kidsSpill {
+		return nil
+	}
+	if m.readErr != nil {
+		return m.readErr
+	}
+	m.endRead() // a write transaction may grow the file's map
+	if err := m.writeAhead(); err != nil {
+		return err
+	}
+	return m.beginRead()
+}
+
+// kidsSpill is how many children of new nodes a sync holds in the heap
+// before it writes them ahead (spillKids; a variable for the tests): about
+// 64 bytes each, 8 MiB.
+var kidsSpill = 1 << 17
 
 // kidsBatch is how many nodes' children one transaction of writeAhead or
 // dropAhead writes or removes (a variable for the tests).

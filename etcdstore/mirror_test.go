@@ -390,17 +390,26 @@ func TestMirrorDifferential(t *testing.T) {
 	// Counts applied a few keys a transaction, the file read a few entries
 	// a transaction and opened again between, and lookups a few at a time;
 	// then counts applied until a transaction has opened a few pages; then
-	// the expanded change sorted through its spill file.
+	// the expanded change sorted through its spill file; then the new
+	// nodes' children written ahead every few children, in the middle of
+	// the sync, and their chunks read a few at a time.
 	for _, c := range []struct {
-		name        string
-		batch, pags int
-		spill       int
-	}{{"small steps", 3, 1024, 1 << 18}, {"few pages a transaction", 16384, 3, 1 << 18}, {"change spilled", 16384, 1024, 5}} {
+		name         string
+		batch, pags  int
+		spill        int
+		kids, chunks int
+	}{
+		{"small steps", 3, 1024, 1 << 18, 1 << 17, 512},
+		{"few pages a transaction", 16384, 3, 1 << 18, 1 << 17, 512},
+		{"change spilled", 16384, 1024, 5, 1 << 17, 512},
+		{"children written ahead", 16384, 1024, 1 << 18, 3, 2},
+	} {
 		t.Run(c.name, func(t *testing.T) {
-			defer func(p, n, b, l, k, s int) {
-				pendBatch, pendNodes, scanBytes, lookRemap, kidsBatch, pendSpill = p, n, b, l, k, s
-			}(pendBatch, pendNodes, scanBytes, lookRemap, kidsBatch, pendSpill)
+			defer func(p, n, b, l, k, s, ks, cb int) {
+				pendBatch, pendNodes, scanBytes, lookRemap, kidsBatch, pendSpill, kidsSpill, chunkBatch = p, n, b, l, k, s, ks, cb
+			}(pendBatch, pendNodes, scanBytes, lookRemap, kidsBatch, pendSpill, kidsSpill, chunkBatch)
 			pendBatch, pendNodes, scanBytes, lookRemap, kidsBatch, pendSpill = c.batch, c.pags, 200, 2, 2, c.spill
+			kidsSpill, chunkBatch = c.kids, c.chunks
 			if err := runDifferential(t, 4, steps, mirrorFault{}); err != nil {
 				t.Fatal(err)
 			}
@@ -932,6 +941,31 @@ func TestMirrorCorruptCounts(t *testing.T) {
 		}
 		t.Logf("caught: discarded %q, comparison %v", why, err)
 	})
+}
+
+// TestMirrorReadsUncached checks that what a sync reads from the bucket
+// stays out of its store's object cache: the mirror reads each object once,
+// and in a sweeper process the cache would only hold memory.
+func TestMirrorReadsUncached(t *testing.T) {
+	b := newMirrorBed(t, 5, mirrorFault{})
+	s := b.e.store(true, 1)
+	m, err := s.OpenMirror(b.e.ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	for range 30 {
+		b.step()
+	}
+	if _, err := m.Sync(b.e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if m.Stats().ObjectReads == 0 {
+		t.Fatal("the sync read no object")
+	}
+	if n := s.objCache.size; n != 0 {
+		t.Fatalf("the sync's %d object reads left %d bytes in the store's object cache", m.Stats().ObjectReads, n)
+	}
 }
 
 // Each sync writes what it changed back to the file with the revision: the
