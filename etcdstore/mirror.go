@@ -845,23 +845,10 @@ func (m *Mirror) read(ctx context.Context, ids []string, fn func(i int, kids []s
 		}
 		parts[j] = p
 	}
-	// In the order of the packs read for them, so that a batch ends
-	// between packs where it can: a pack read by two batches is read twice.
-	order := make([]int, len(chunks))
-	places := make([][2]keys.Digest, len(chunks))
-	for j := range order {
-		order[j], places[j] = j, readPlace(parts[j])
-	}
-	slices.SortStableFunc(order, func(a, b int) int {
-		return cmp.Or(bytes.Compare(places[a][0][:], places[b][0][:]), bytes.Compare(places[a][1][:], places[b][1][:]))
-	})
-	for len(order) > 0 {
-		n := min(len(order), chunkBatch)
-		for n < len(order) && n < 2*chunkBatch && places[order[n]][0] == places[order[n-1]][0] && places[order[n]][0] != (keys.Digest{}) {
-			n++ // the rest of the members read with the same pack
-		}
+	for _, idx := range chunkBatches(parts) {
+		n := len(idx)
 		batch := make([]objPart, n)
-		for k, j := range order[:n] {
+		for k, j := range idx {
 			batch[k] = parts[j]
 		}
 		if err := m.pace(ctx, n); err != nil {
@@ -872,7 +859,7 @@ func (m *Mirror) read(ctx context.Context, ids []string, fn func(i int, kids []s
 			return err
 		}
 		m.stats.ObjectReads += int64(n)
-		for k, j := range order[:n] {
+		for k, j := range idx {
 			i := chunks[j]
 			refs, err := countListings([]refListing{{chunks: []keys.Digest{batch[k].digest}}}, func(key string) ([]byte, error) {
 				if b, ok := got[key]; ok {
@@ -895,15 +882,96 @@ func (m *Mirror) read(ctx context.Context, ids []string, fn func(i int, kids []s
 				return err
 			}
 		}
-		order = order[n:]
 	}
 	return nil
 }
 
 // chunkBatch is how many reference chunks read fetches at once (a variable
-// for the tests); a batch is extended, up to twice that, to the end of the
-// chunks read with its last pack.
+// for the tests); a batch is extended, up to four times that, to the end of
+// its last group (chunkBatches).
 var chunkBatch = 1024
+
+// chunkBatches cuts parts (reference chunks) into the batches read reads,
+// as indexes into parts: chunkBatch of them, extended to the end of the last
+// group, up to 4·chunkBatch. A group is the chunks whose reads share packs,
+// directly or through other chunks of the group (readPlace: the pack of the
+// leaf patched, and the chunk's own; one thread's turns, mostly). A pack
+// that two batches need is read twice, so a batch of whole groups reads
+// each of its packs once, as one call for all the chunks would.
+func chunkBatches(parts []objPart) [][]int {
+	places := make([][2]keys.Digest, len(parts))
+	up := map[keys.Digest]keys.Digest{}
+	var find func(d keys.Digest) keys.Digest
+	find = func(d keys.Digest) keys.Digest {
+		p, ok := up[d]
+		if !ok || p == d {
+			return d
+		}
+		r := find(p)
+		up[d] = r
+		return r
+	}
+	for j, p := range parts {
+		places[j] = readPlace(p)
+		a, b := find(places[j][0]), find(places[j][1])
+		if c := bytes.Compare(a[:], b[:]); c < 0 {
+			up[b] = a
+		} else if c > 0 {
+			up[a] = b
+		}
+	}
+	group := make([]keys.Digest, len(parts))
+	order := make([]int, len(parts))
+	byPack := map[keys.Digest][]int{}
+	for j := range parts {
+		order[j], group[j] = j, find(places[j][0])
+		byPack[places[j][0]] = append(byPack[places[j][0]], j)
+		if places[j][1] != places[j][0] {
+			byPack[places[j][1]] = append(byPack[places[j][1]], j)
+		}
+	}
+	// Packs ranked breadth first from each group's first, so that a group's
+	// packs that share chunks are near in rank; a chunk goes with the later
+	// of its two packs, so that a pack's chunks are next to one another and
+	// a group cut by the batch bound is cut between packs.
+	slices.SortStableFunc(order, func(a, b int) int {
+		return cmp.Or(bytes.Compare(places[a][0][:], places[b][0][:]), bytes.Compare(places[a][1][:], places[b][1][:]))
+	})
+	rank := make(map[keys.Digest]int, len(byPack))
+	for _, j := range order {
+		if _, ok := rank[places[j][0]]; ok {
+			continue
+		}
+		queue := []keys.Digest{places[j][0]}
+		rank[places[j][0]] = len(rank)
+		for len(queue) > 0 {
+			d := queue[0]
+			queue = queue[1:]
+			for _, c := range byPack[d] {
+				for _, q := range places[c] {
+					if _, ok := rank[q]; !ok {
+						rank[q] = len(rank)
+						queue = append(queue, q)
+					}
+				}
+			}
+		}
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		ra0, ra1, rb0, rb1 := rank[places[a][0]], rank[places[a][1]], rank[places[b][0]], rank[places[b][1]]
+		return cmp.Or(cmp.Compare(max(ra0, ra1), max(rb0, rb1)), cmp.Compare(min(ra0, ra1), min(rb0, rb1)))
+	})
+	var out [][]int
+	for len(order) > 0 {
+		n := min(len(order), chunkBatch)
+		for n < len(order) && n < 4*chunkBatch && group[order[n]] == group[order[n-1]] && group[order[n]] != (keys.Digest{}) {
+			n++
+		}
+		out = append(out, order[:n:n])
+		order = order[n:]
+	}
+	return out
+}
 
 // readPlace returns the packs a reference chunk's read begins with and
 // reads it from: for a chunk made from a leaf, the leaf's; for a leaf

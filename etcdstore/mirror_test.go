@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/cairnstore/cairn"
 	"github.com/cairnstore/cairn/bucket"
+	"github.com/cairnstore/cairn/keys"
 	"github.com/cairnstore/cairn/sweep"
 )
 
@@ -1406,5 +1408,65 @@ func TestMirrorFileLocked(t *testing.T) {
 	}
 	if err := b.check(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestChunkBatches checks that read's batches of reference chunks hold
+// whole groups of chunks that share packs, so that no pack is read by two
+// batches, and stay bounded.
+func TestChunkBatches(t *testing.T) {
+	defer func(n int) { chunkBatch = n }(chunkBatch)
+	chunkBatch = 2
+	pk := func(s string) keys.Digest { return keys.Digest(sha256.Sum256([]byte(s))) }
+	n := 0
+	whole := func(pack string) objPart {
+		n++
+		return objPart{digest: pk(fmt.Sprint("chunk", n)), at: partLoc{pack: pk(pack), size: 1}}
+	}
+	patched := func(pack, base string) objPart {
+		p := whole(pack)
+		p.at.delta = &partLoc{pack: pk(base), size: 1}
+		return p
+	}
+	derived := func(leaf objPart) objPart {
+		n++
+		return objPart{digest: pk(fmt.Sprint("chunk", n)), at: partLoc{from: 1, base: &leaf}}
+	}
+	// Three threads, each a base pack and turn packs whose leaves patch the
+	// base's, some stored whole in a turn's pack; a chunk of its own.
+	var parts []objPart
+	for _, th := range []string{"a", "b", "c"} {
+		parts = append(parts,
+			whole(th+"-base"), patched(th+"-1", th+"-base"), whole(th+"-2"),
+			derived(patched(th+"-2", th+"-base")), whole(th+"-base"), patched(th+"-1", th+"-base"),
+			derived(whole(th+"-1")))
+	}
+	parts = append(parts, objPart{digest: pk("alone")})
+	rand.New(rand.NewPCG(1, 2)).Shuffle(len(parts), func(i, j int) { parts[i], parts[j] = parts[j], parts[i] })
+
+	seen := map[int]bool{}
+	readBy := map[keys.Digest]int{}
+	for b, idx := range chunkBatches(parts) {
+		if len(idx) == 0 || len(idx) > 4*chunkBatch {
+			t.Fatalf("batch %d holds %d chunks", b, len(idx))
+		}
+		for _, j := range idx {
+			if seen[j] {
+				t.Fatalf("chunk %d in two batches", j)
+			}
+			seen[j] = true
+			for _, d := range readPlace(parts[j]) {
+				if d == (keys.Digest{}) {
+					continue
+				}
+				if was, ok := readBy[d]; ok && was != b {
+					t.Fatalf("pack %x read by batches %d and %d", d[:4], was, b)
+				}
+				readBy[d] = b
+			}
+		}
+	}
+	if len(seen) != len(parts) {
+		t.Fatalf("the batches hold %d of %d chunks", len(seen), len(parts))
 	}
 }
