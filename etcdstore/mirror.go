@@ -777,10 +777,10 @@ func (m *Mirror) edges(key string, v []byte) ([]string, error) {
 // countListings): a record form they learn flows into the mirror. It calls
 // fn with each node's index in ids and its children, in the caller's
 // goroutine, and stops at fn's error. Roots are read objectParallel at a
-// time; reference chunks chunkBatch at a time in the order of the packs that
-// hold them, each batch in one fetchParts, as the walk reads them, so that
-// the members of one pack cost one request and the heap holds one batch's
-// bodies, not a sync's. What it reads does not go to the store's object
+// time; reference chunks in batches of whole groups of chunks that share
+// packs (chunkBatches), each batch in one fetchParts, as the walk reads
+// them, so that the members of one pack cost one request and the heap holds
+// one batch's bodies, not a sync's. What it reads does not go to the store's object
 // cache (withoutCaching). A root's reference chunks are remembered with where
 // they are (a packed root's are members of packs) until their own nodes are
 // read, in the same sync.
