@@ -900,31 +900,10 @@ var chunkBatch = 1024
 // each of its packs once, as one call for all the chunks would.
 func chunkBatches(parts []objPart) [][]int {
 	places := make([][2]keys.Digest, len(parts))
-	up := map[keys.Digest]keys.Digest{}
-	var find func(d keys.Digest) keys.Digest
-	find = func(d keys.Digest) keys.Digest {
-		p, ok := up[d]
-		if !ok || p == d {
-			return d
-		}
-		r := find(p)
-		up[d] = r
-		return r
-	}
-	for j, p := range parts {
-		places[j] = readPlace(p)
-		a, b := find(places[j][0]), find(places[j][1])
-		if c := bytes.Compare(a[:], b[:]); c < 0 {
-			up[b] = a
-		} else if c > 0 {
-			up[a] = b
-		}
-	}
-	group := make([]keys.Digest, len(parts))
 	order := make([]int, len(parts))
 	byPack := map[keys.Digest][]int{}
-	for j := range parts {
-		order[j], group[j] = j, find(places[j][0])
+	for j, p := range parts {
+		places[j], order[j] = readPlace(p), j
 		byPack[places[j][0]] = append(byPack[places[j][0]], j)
 		if places[j][1] != places[j][0] {
 			byPack[places[j][1]] = append(byPack[places[j][1]], j)
@@ -933,24 +912,28 @@ func chunkBatches(parts []objPart) [][]int {
 	// Packs ranked breadth first from each group's first, so that a group's
 	// packs that share chunks are near in rank; a chunk goes with the later
 	// of its two packs, so that a pack's chunks are next to one another and
-	// a group cut by the batch bound is cut between packs.
+	// a group cut by the batch bound is cut between packs. Each search
+	// reaches exactly one group, which takes the rank it starts from as its
+	// name.
 	slices.SortStableFunc(order, func(a, b int) int {
 		return cmp.Or(bytes.Compare(places[a][0][:], places[b][0][:]), bytes.Compare(places[a][1][:], places[b][1][:]))
 	})
-	rank := make(map[keys.Digest]int, len(byPack))
+	type ranked struct{ rank, group int }
+	rank := make(map[keys.Digest]ranked, len(byPack))
 	for _, j := range order {
 		if _, ok := rank[places[j][0]]; ok {
 			continue
 		}
+		g := len(rank)
 		queue := []keys.Digest{places[j][0]}
-		rank[places[j][0]] = len(rank)
+		rank[places[j][0]] = ranked{g, g}
 		for len(queue) > 0 {
 			d := queue[0]
 			queue = queue[1:]
 			for _, c := range byPack[d] {
 				for _, q := range places[c] {
 					if _, ok := rank[q]; !ok {
-						rank[q] = len(rank)
+						rank[q] = ranked{len(rank), g}
 						queue = append(queue, q)
 					}
 				}
@@ -958,13 +941,21 @@ func chunkBatches(parts []objPart) [][]int {
 		}
 	}
 	slices.SortStableFunc(order, func(a, b int) int {
-		ra0, ra1, rb0, rb1 := rank[places[a][0]], rank[places[a][1]], rank[places[b][0]], rank[places[b][1]]
+		ra0, ra1, rb0, rb1 := rank[places[a][0]].rank, rank[places[a][1]].rank, rank[places[b][0]].rank, rank[places[b][1]].rank
 		return cmp.Or(cmp.Compare(max(ra0, ra1), max(rb0, rb1)), cmp.Compare(min(ra0, ra1), min(rb0, rb1)))
 	})
+	// group names a chunk's group; objects of their own share no pack and
+	// are in none.
+	group := func(j int) int {
+		if places[j][0] == (keys.Digest{}) {
+			return -1
+		}
+		return rank[places[j][0]].group
+	}
 	var out [][]int
 	for len(order) > 0 {
 		n := min(len(order), chunkBatch)
-		for n < len(order) && n < 4*chunkBatch && group[order[n]] == group[order[n-1]] && group[order[n]] != (keys.Digest{}) {
+		for n < len(order) && n < 4*chunkBatch && group(order[n]) >= 0 && group(order[n]) == group(order[n-1]) {
 			n++
 		}
 		out = append(out, order[:n:n])
