@@ -135,7 +135,8 @@ func sumPend(es []pendEntry) []pendEntry {
 }
 
 // next returns the next keys of the change in key order, summed, none with
-// a change of zero, and whether more follow. Before the first call, the
+// a change of zero (perhaps no key), or false when the change has been
+// handed out in full. Before the first call, the
 // entries still in memory go to the spill file if it was made. Errors: the
 // spill file could not be written or read, or holds what was not written
 // (ErrMirror).
@@ -145,7 +146,7 @@ func (s *pendSorter) next() ([]pendEntry, bool, error) {
 			return nil, false, nil
 		}
 		s.done = true
-		return sumPend(s.mem), false, nil
+		return sumPend(s.mem), true, nil
 	}
 	if s.todo == nil {
 		if err := s.spill(); err != nil {
@@ -180,7 +181,7 @@ func (s *pendSorter) next() ([]pendEntry, bool, error) {
 		}
 	}
 	delete(s.runs, p)
-	return sumPend(s.mem), len(s.todo) > 0, nil
+	return sumPend(s.mem), true, nil
 }
 
 // close removes the spill file, if any.
@@ -199,25 +200,19 @@ func (s *pendSorter) close() error {
 // A pendIter hands out a pendSorter's change one key at a time, in key
 // order, reading a part at a time.
 type pendIter struct {
-	s       *pendSorter
-	cur     []pendEntry
-	more    bool // parts follow cur
-	started bool
+	s   *pendSorter
+	cur []pendEntry
 }
 
 // peek returns the next key's entry, valid until the next pop, or nil when
 // no key is left. Errors: those of pendSorter.next.
 func (it *pendIter) peek() (*pendEntry, error) {
 	for len(it.cur) == 0 {
-		if it.started && !it.more {
-			return nil, nil
-		}
-		it.started = true
-		cur, more, err := it.s.next()
-		if err != nil {
+		cur, ok, err := it.s.next()
+		if err != nil || !ok {
 			return nil, err
 		}
-		it.cur, it.more = cur, more
+		it.cur = cur
 	}
 	return &it.cur[0], nil
 }

@@ -63,14 +63,14 @@ func TestPendSorter(t *testing.T) {
 			}
 			var got []pendEntry
 			for {
-				part, more, err := s.next()
+				part, ok, err := s.next()
 				if err != nil {
 					t.Fatal(err)
 				}
-				got = append(got, part...)
-				if !more {
+				if !ok {
 					break
 				}
+				got = append(got, part...)
 			}
 			if !slices.IsSortedFunc(got, comparePend) {
 				t.Fatal("the change is not in key order")
@@ -121,8 +121,8 @@ func TestPendSorter(t *testing.T) {
 			t.Fatal(err)
 		}
 		var err error
-		for more := true; more && err == nil; {
-			_, more, err = s.next()
+		for ok := true; ok && err == nil; {
+			_, ok, err = s.next()
 		}
 		if !errors.Is(err, ErrMirror) {
 			t.Fatalf("a damaged spill file: %v, want ErrMirror", err)
