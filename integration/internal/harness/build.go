@@ -142,8 +142,10 @@ func ModuleRoot() (string, error) {
 
 // VersityGWBinary finds the versitygw binary: $CAIRN_VERSITYGW, then
 // ./bin/versitygw at the module root (`make tools` builds it there), then
-// $PATH (see versitygw.Find).
-func VersityGWBinary() (string, error) { return versitygw.Find() }
+// $PATH, then the user cache; when there is none, it installs the pinned
+// version there with go install, so that `go test ./...` needs no set-up
+// (see versitygw.FindOrBuild).
+func VersityGWBinary() (string, error) { return versitygw.FindOrBuild() }
 
 func isExecutable(p string) bool {
 	fi, err := os.Stat(p)
