@@ -136,8 +136,8 @@ func sumPend(es []pendEntry) []pendEntry {
 
 // next returns the next keys of the change in key order, summed, none with
 // a change of zero (perhaps no key), or false when the change has been
-// handed out in full. Before the first call, the
-// entries still in memory go to the spill file if it was made. Errors: the
+// handed out in full. Before the first call, the entries still in memory go
+// to the spill file if it was made. Errors: the
 // spill file could not be written or read, or holds what was not written
 // (ErrMirror).
 func (s *pendSorter) next() ([]pendEntry, bool, error) {
